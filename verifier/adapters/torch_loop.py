@@ -1,0 +1,207 @@
+"""Adapter for a plain PyTorch training loop (torch is imported lazily).
+
+Helpers: :func:`model_digest`, :func:`param_count`, :func:`batch_digest`,
+:func:`peak_mem_gib`, :func:`software_versions`, and :class:`ReceiptLogger`, which
+lets a plain loop emit receipts with a handful of added lines::
+
+    from verifier.adapters.torch_loop import ReceiptLogger
+    rl = ReceiptLogger(model, optimizer, seq_len=S, precision="fp32")
+    for x, y in batches:
+        rl.begin(x)                      # starts the clock, digests the update's input batch
+        loss = loss_fn(model(x), y); loss.backward()
+        rl.grads()                       # gradient norm, before clipping / the optimizer step
+        optimizer.step(); optimizer.zero_grad()
+        rl.end(loss)                     # stops the clock, writes the line
+    rl.finish()
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import time
+from typing import Any
+
+from verifier.emit import Receipts
+
+
+def model_digest(model: Any, sample: int = 8) -> str:
+    """SHA-256 (hex) over parameter names, shapes, dtypes-free sample of initial values.
+
+    Call it before the first update.  ``sample`` values are taken from the start
+    and end of each flattened parameter, rounded to 6 significant digits so that
+    equal initialisations on different devices give equal digests.
+    """
+    h = hashlib.sha256()
+    for name, p in model.named_parameters():
+        flat = p.detach().reshape(-1).float().cpu()
+        vals = flat[:sample].tolist() + flat[-sample:].tolist() if flat.numel() else []
+        h.update(f"{name}|{tuple(p.shape)}|{p.requires_grad}|".encode())
+        h.update(",".join(f"{v:.6g}" for v in vals).encode())
+        h.update(b";")
+    return h.hexdigest()
+
+
+def param_count(model: Any) -> int:
+    """Number of trainable parameters (``requires_grad``)."""
+    return int(sum(p.numel() for p in model.parameters() if p.requires_grad))
+
+
+def batch_digest(tensor: Any) -> str:
+    """Cheap, order-sensitive digest of an update's input batch (16 hex chars).
+
+    Hashes shape, element sum, and the first and last 4 elements; it costs one
+    reduction, so it is safe to call every update.
+    """
+    t = tensor.detach()
+    flat = t.reshape(-1)
+    n = flat.numel()
+    head = flat[:4].double().cpu().tolist()
+    tail = flat[-4:].double().cpu().tolist() if n else []
+    total = float(flat.double().sum().item()) if n else 0.0
+    text = f"{tuple(t.shape)}|{total:.9g}|{head}|{tail}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def peak_mem_gib() -> float | None:
+    """Peak reserved CUDA memory in GiB since start, or ``None`` without a CUDA device."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return float(torch.cuda.max_memory_reserved()) / 2**30
+
+
+def software_versions() -> dict[str, str]:
+    """Versions of Python, torch, CUDA and NCCL (where present)."""
+    import torch
+
+    out = {"python": platform.python_version(), "torch": str(torch.__version__)}
+    if torch.version.cuda:
+        out["cuda"] = str(torch.version.cuda)
+        try:
+            out["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+        except Exception:  # noqa: BLE001 - NCCL may be absent in CPU builds
+            pass
+    return out
+
+
+def grad_norm(model: Any) -> float:
+    """Global L2 norm of the current gradients (0.0 when there are none)."""
+    import torch
+
+    norms = [p.grad.detach().float().norm(2) for p in model.parameters() if p.grad is not None]
+    if not norms:
+        return 0.0
+    return float(torch.linalg.vector_norm(torch.stack(norms), 2).item())
+
+
+def _sync() -> None:
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+class ReceiptLogger:
+    """Emits a header once, one update line per :meth:`begin`/:meth:`end` pair, and a footer.
+
+    ``optimizer`` (optional) gets a step post-hook that counts real ``step()`` calls;
+    that count is reported as ``opt_step`` and its first param group's ``lr`` as ``lr``.
+    ``tokens_per_update`` defaults to the first batch's ``numel()``.  The header is
+    written lazily on the first :meth:`begin` so that ``model_digest`` sees the
+    initial weights.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        optimizer: Any = None,
+        *,
+        seq_len: int | None = None,
+        precision: str = "fp32",
+        tokens_per_update: int | None = None,
+        world_size: int = 1,
+        extra: dict | None = None,
+        receipts: Receipts | None = None,
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.seq_len = seq_len
+        self.precision = precision
+        self.tokens_per_update = tokens_per_update
+        self.world_size = world_size
+        self.extra = extra
+        self.rx = receipts if receipts is not None else Receipts.from_env()
+        self.opt_steps = 0
+        self.index = 0
+        self._header_done = False
+        self._t0 = 0.0
+        self._digest = ""
+        self._tokens = 0
+        self._samples = 0
+        self._seq = 0
+        self._gn: float | None = None
+        self.phases: dict[str, float] = {}
+        if optimizer is not None and hasattr(optimizer, "register_step_post_hook"):
+            optimizer.register_step_post_hook(self._count_step)
+
+    def _count_step(self, *_: Any) -> None:
+        self.opt_steps += 1
+
+    def _header(self, batch: Any) -> None:
+        seq = self.seq_len if self.seq_len is not None else int(batch.shape[-1]) if batch.dim() > 1 else 1
+        tpu = self.tokens_per_update if self.tokens_per_update is not None else int(batch.numel()) * self.world_size
+        self.rx.header(
+            model_digest(self.model),
+            param_count(self.model),
+            self.precision,
+            self.world_size,
+            tpu,
+            seq,
+            versions=software_versions(),
+            extra=self.extra,
+        )
+        self._header_done = True
+
+    def begin(self, batch: Any, tokens: int | None = None, samples: int | None = None) -> None:
+        """Start update timing; ``batch`` is the whole update's input (all micro-batches)."""
+        if not self._header_done:
+            self._header(batch)
+        self._digest = batch_digest(batch)
+        self._samples = int(samples if samples is not None else batch.shape[0])
+        self._seq = self.seq_len if self.seq_len is not None else int(batch.shape[-1])
+        self._tokens = int(tokens if tokens is not None else batch.numel())
+        self._gn = None
+        self.phases = {}
+        _sync()
+        self._t0 = time.perf_counter()
+
+    def grads(self) -> float:
+        """Measure and remember the gradient norm now (call after backward, before the step)."""
+        self._gn = grad_norm(self.model)
+        return self._gn
+
+    def _reduce(self, loss: float, gn: float, tokens: int, samples: int) -> tuple[float, float, int, int]:
+        """Hook for the DDP adapter: combine per-rank values (identity here)."""
+        return loss, gn, tokens, samples
+
+    def end(self, loss: Any, grad_norm: float | None = None, lr: float | None = None) -> None:
+        """Stop timing and write the update line (``grad_norm`` overrides :meth:`grads`)."""
+        _sync()
+        dt = time.perf_counter() - self._t0
+        self.index += 1
+        gn = grad_norm if grad_norm is not None else self._gn if self._gn is not None else 0.0
+        loss_f = float(loss.detach().float().item()) if hasattr(loss, "detach") else float(loss)
+        loss_f, gn, tokens, samples = self._reduce(loss_f, float(gn), self._tokens, self._samples)
+        if lr is None and self.optimizer is not None:
+            lr = float(self.optimizer.param_groups[0]["lr"])
+        self.rx.update(
+            self.index, loss_f, gn, tokens, samples, self._seq,
+            self.opt_steps if self.optimizer is not None else self.index,
+            float(lr or 0.0), self._digest, dt, peak_mem_gib(), self.phases or None,
+        )
+
+    def finish(self) -> None:
+        """Write the footer with the number of updates logged."""
+        self.rx.footer(self.index)
