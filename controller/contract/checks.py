@@ -1,0 +1,280 @@
+"""Cross-field contract rules, and the knob algebra that keeps the workload fixed.
+
+:func:`semantic_problems` returns ``(loc, message)`` pairs; the loader turns them into
+``file:line field: message`` lines.  :func:`complete_config` and :func:`is_legal` define the legal knob space
+the search explores: derived knobs (``couplings[].solve``) are computed, every coupling must hold, and the
+resulting tokens per update must equal ``workload.tokens_per_update``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import shlex
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterator
+
+from controller.contract.model import KNOB_PLACEHOLDER, ConfigApply, Contract, EnvApply, FlagApply, parse_apply
+
+KNOWN_PRECISIONS = {"fp32", "tf32", "bf16", "fp16", "fp8", "amp-bf16", "amp-fp16"}
+MAX_ENUMERATION = 200_000
+
+Loc = tuple[Any, ...]
+
+
+def _fmt_values(values: list[Any]) -> str:
+    return "[" + ", ".join(str(v) for v in values) + "]"
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Value equality that does not confuse True with 1."""
+    return type(a) is type(b) and a == b or (
+        isinstance(a, (int, float)) and isinstance(b, (int, float))
+        and not isinstance(a, bool) and not isinstance(b, bool) and a == b
+    )
+
+
+def _in(value: Any, values: list[Any]) -> bool:
+    return any(_same(value, v) for v in values)
+
+
+def _bad_glob(pattern: str) -> str | None:
+    p = PurePosixPath(pattern)
+    if p.is_absolute():
+        return f"'{pattern}' must be relative to the repo, not absolute"
+    if ".." in p.parts:
+        return f"'{pattern}' leaves the repo ('..' is not allowed)"
+    return None
+
+
+def semantic_problems(contract: Contract, base_dir: Path) -> list[tuple[Loc, str]]:
+    """Every cross-field problem of a structurally valid contract, in document order."""
+    out: list[tuple[Loc, str]] = []
+    repo = (base_dir / contract.repo).resolve()
+    if not repo.is_dir():
+        out.append((("repo",), f"'{contract.repo}' is not a directory (resolved to {repo})"))
+
+    # launch
+    try:
+        argv = shlex.split(contract.launch.command)
+    except ValueError as exc:
+        argv = []
+        out.append((("launch", "command"), f"cannot be split into arguments: {exc}"))
+    if contract.launch.launcher == "torchrun-multinode" and contract.launch.nodes < 2:
+        out.append((("launch", "nodes"), "launcher torchrun-multinode needs nodes >= 2"))
+
+    # trial window
+    start, end = contract.trial.window
+    if not (1 <= start <= end <= contract.trial.updates):
+        out.append((("trial", "window"), f"[{start}, {end}] must satisfy 1 <= start <= end <= updates ({contract.trial.updates})"))
+    elif end - start + 1 < 2:
+        out.append((("trial", "window"), "the timing window must hold at least 2 updates"))
+
+    # files
+    for field in ("editable_files", "frozen_files"):
+        for i, pat in enumerate(getattr(contract, field)):
+            msg = _bad_glob(pat)
+            if msg:
+                out.append(((field, i), msg))
+    if repo.is_dir():
+        editable = _expand(repo, contract.editable_files)
+        for i, pat in enumerate(contract.frozen_files):
+            both = sorted(_expand(repo, [pat]) & editable)
+            if both:
+                out.append((("frozen_files", i), f"'{both[0]}' is both frozen and editable"))
+
+    for i, prec in enumerate(contract.precision_menu):
+        if prec not in KNOWN_PRECISIONS:
+            out.append((("precision_menu", i), f"'{prec}' is not a known precision {sorted(KNOWN_PRECISIONS)}"))
+
+    # knobs
+    seen: dict[str, int] = {}
+    env_names: dict[str, int] = {}
+    has_flag = False
+    for i, knob in enumerate(contract.knobs):
+        if knob.name in seen:
+            out.append((("knobs", i, "name"), f"duplicate knob name '{knob.name}' (also knobs[{seen[knob.name]}])"))
+        seen.setdefault(knob.name, i)
+        for j, v in enumerate(knob.values):
+            if any(_same(v, w) for w in knob.values[:j]):
+                out.append((("knobs", i, "values", j), f"duplicate value {v!r}"))
+        if not _in(knob.reference, knob.values):
+            out.append((("knobs", i, "reference"), f"'{knob.reference}' is not one of values {_fmt_values(knob.values)}"))
+        if knob.kind == "ordered" and not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in knob.values):
+            out.append((("knobs", i, "kind"), "an ordered knob needs numeric values"))
+        try:
+            app = parse_apply(knob.apply)
+        except Exception as exc:  # pydantic ValidationError or ValueError
+            out.append((("knobs", i, "apply"), _one_line(exc)))
+            continue
+        if isinstance(app, FlagApply):
+            has_flag = True
+            if app.flag is None and app.when_true is None and app.when_false is None:
+                out.append((("knobs", i, "apply"), "flag apply needs 'flag', 'when_true' or 'when_false'"))
+            if app.flag is not None and "{value}" not in app.flag:
+                out.append((("knobs", i, "apply", "flag"), f"'{app.flag}' has no {{value}} placeholder"))
+            if app.flag is None and not all(isinstance(v, bool) for v in knob.values):
+                out.append((("knobs", i, "apply"), "when_true/when_false need boolean values; use 'flag' with {value}"))
+        elif isinstance(app, EnvApply):
+            if app.env in env_names:
+                out.append((("knobs", i, "apply", "env"), f"variable {app.env} is also set by knobs[{env_names[app.env]}]"))
+            env_names.setdefault(app.env, i)
+            if app.env in contract.launch.env:
+                out.append((("knobs", i, "apply", "env"), f"variable {app.env} is also fixed in launch.env"))
+            if app.env.startswith("INFRARSI_"):
+                out.append((("knobs", i, "apply", "env"), f"variable {app.env} is reserved for the harness"))
+        elif isinstance(app, ConfigApply):
+            msg = _bad_glob(app.file)
+            if msg:
+                out.append((("knobs", i, "apply", "config", "file"), msg))
+    if has_flag and argv and KNOB_PLACEHOLDER not in argv:
+        out.append((("launch", "command"), f"flag knobs need the {KNOB_PLACEHOLDER} placeholder as its own argument"))
+    for key in contract.launch.env:
+        if key.startswith("INFRARSI_"):
+            out.append((("launch", "env", key), f"variable {key} is reserved for the harness"))
+
+    # couplings and batch conservation
+    names = {k.name for k in contract.knobs}
+    coupling_ok = True
+    for i, c in enumerate(contract.couplings):
+        for j, n in enumerate(c.product):
+            if n not in names:
+                out.append((("couplings", i, "product", j), f"unknown knob '{n}'"))
+                coupling_ok = False
+            elif not contract.knob(n).batch_factor:
+                out.append((("couplings", i, "product", j), f"knob '{n}' is not marked batch_factor: true"))
+        if c.solve is not None and c.solve not in c.product:
+            out.append((("couplings", i, "solve"), f"'{c.solve}' is not in product {c.product}"))
+            coupling_ok = False
+    for i, knob in enumerate(contract.knobs):
+        if knob.batch_factor and not any(knob.name in c.product for c in contract.couplings) and len(knob.values) > 1:
+            out.append((("knobs", i, "values"),
+                        f"batch_factor knob '{knob.name}' is in no coupling, so changing it changes tokens per update"))
+            coupling_ok = False
+        if knob.batch_factor and not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in knob.values):
+            out.append((("knobs", i, "values"), "batch_factor values must be positive integers"))
+            coupling_ok = False
+    if coupling_ok and not any(loc[0] == "knobs" and loc[-1] == "reference" for loc, _ in out):
+        out.extend(_conservation_problems(contract))
+    return out
+
+
+def _one_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    if hasattr(exc, "errors"):
+        try:
+            err = exc.errors()[0]  # type: ignore[attr-defined]
+            where = ".".join(str(p) for p in err.get("loc", ()))
+            return f"{where + ': ' if where else ''}{err.get('msg', text[0])}".replace("Value error, ", "")
+        except Exception:
+            pass
+    return text[-1] if text else type(exc).__name__
+
+
+def _expand(repo: Path, patterns: list[str]) -> set[str]:
+    files: set[str] = set()
+    for pat in patterns:
+        if _bad_glob(pat):
+            continue
+        for p in repo.glob(pat):
+            if p.is_file():
+                files.add(p.relative_to(repo).as_posix())
+    return files
+
+
+def samples_per_update(contract: Contract, config: dict[str, Any]) -> int:
+    """Samples per optimizer update implied by ``config``: product of batch-factor knobs times the world size."""
+    prod = contract.launch.world_size
+    for k in contract.knobs:
+        if k.batch_factor:
+            prod *= int(config[k.name])
+    return prod
+
+
+def _conservation_problems(contract: Contract) -> list[tuple[Loc, str]]:
+    out: list[tuple[Loc, str]] = []
+    ref = complete_config(contract, contract.reference_config)
+    if ref is None or not _config_equal(ref, contract.reference_config):
+        out.append((("couplings",), "the reference configuration does not satisfy the couplings"))
+        return out
+    base = samples_per_update(contract, ref) * contract.workload.seq_len
+    batch_knobs = [k for k in contract.knobs if k.batch_factor]
+    if base != contract.workload.tokens_per_update and batch_knobs:
+        out.append((("workload", "tokens_per_update"),
+                    f"{contract.workload.tokens_per_update} differs from the reference configuration's "
+                    f"{base} (= samples x seq_len)"))
+        return out
+    total = math.prod(len(k.values) for k in batch_knobs)
+    if total > MAX_ENUMERATION:
+        out.append((("knobs",), f"{total} batch-factor combinations are too many to check (limit {MAX_ENUMERATION})"))
+        return out
+    for combo in itertools.product(*(k.values for k in batch_knobs)):
+        cfg = dict(contract.reference_config)
+        cfg.update({k.name: v for k, v in zip(batch_knobs, combo)})
+        if not couplings_hold(contract, cfg):
+            continue
+        tokens = samples_per_update(contract, cfg) * contract.workload.seq_len
+        if tokens != contract.workload.tokens_per_update:
+            desc = ", ".join(f"{k.name}={v}" for k, v in zip(batch_knobs, combo))
+            out.append((("couplings",), f"legal combination {desc} gives {tokens} tokens per update, "
+                        f"not {contract.workload.tokens_per_update}"))
+            break
+    return out
+
+
+def _config_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+
+
+def couplings_hold(contract: Contract, config: dict[str, Any]) -> bool:
+    """True when every coupling's product equals its target for ``config`` (all knobs present)."""
+    ws = contract.launch.world_size
+    for c in contract.couplings:
+        prod = math.prod(int(config[n]) for n in c.product) * (ws if c.times_world_size else 1)
+        if prod != c.equals:
+            return False
+    return True
+
+
+def complete_config(contract: Contract, config: dict[str, Any]) -> dict[str, Any] | None:
+    """Fill knobs missing from ``config`` with references, solve derived knobs, and check legality.
+
+    Returns the full configuration, or None when it is illegal (a value outside a knob's values, a derived
+    value that is not an allowed integer, or a coupling that fails).  Unknown knob names raise KeyError.
+    """
+    known = {k.name for k in contract.knobs}
+    for name in config:
+        if name not in known:
+            raise KeyError(f"unknown knob '{name}'")
+    full = {k.name: config.get(k.name, k.reference) for k in contract.knobs}
+    ws = contract.launch.world_size
+    for c in contract.couplings:
+        if c.solve is None:
+            continue
+        others = math.prod(int(full[n]) for n in c.product if n != c.solve) * (ws if c.times_world_size else 1)
+        if others <= 0 or c.equals % others:
+            return None
+        full[c.solve] = c.equals // others
+    for k in contract.knobs:
+        if not _in(full[k.name], k.values):
+            return None
+    if not couplings_hold(contract, full):
+        return None
+    return full
+
+
+def is_legal(contract: Contract, config: dict[str, Any]) -> bool:
+    """True when ``config`` (possibly partial) completes to a legal configuration."""
+    try:
+        return complete_config(contract, config) is not None
+    except KeyError:
+        return False
+
+
+def legal_configs(contract: Contract) -> Iterator[dict[str, Any]]:
+    """Every legal full configuration over the free (non-derived) knobs, in knob-table order."""
+    free = [k for k in contract.knobs if k.name not in contract.derived_knobs]
+    for combo in itertools.product(*(k.values for k in free)):
+        full = complete_config(contract, {k.name: v for k, v in zip(free, combo)})
+        if full is not None:
+            yield full

@@ -1,0 +1,99 @@
+"""Turn a knob configuration into what a trial runs: an argv list, exported variables and config-file edits.
+
+Values are never interpolated into a shell string: flag templates are split with shell rules *first* and
+``{value}`` is substituted inside each resulting argument, so ``$(touch pwned)`` arrives as data.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controller.contract.checks import complete_config
+from controller.contract.model import KNOB_PLACEHOLDER, ConfigApply, Contract, EnvApply, FlagApply
+from controller.errors import ContractError
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What one trial runs: ``argv`` (no shell), ``env`` to export, ``config_edits`` file -> {dotted key: value}."""
+
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    config_edits: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _value_str(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def render_launch(contract: Contract, config: dict[str, Any]) -> LaunchPlan:
+    """The launch plan for ``config`` (completed and checked against the couplings).
+
+    Raises ContractError naming the knob when ``config`` holds an unknown knob or an illegal combination.
+    """
+    try:
+        full = complete_config(contract, config)
+    except KeyError as exc:
+        raise ContractError([f"config: {exc.args[0]}"]) from None
+    if full is None:
+        desc = ", ".join(f"{k}={v}" for k, v in sorted(config.items()))
+        raise ContractError([f"config: illegal knob combination ({desc}) for contract '{contract.name}'"])
+    flags: list[str] = []
+    env: dict[str, str] = dict(contract.launch.env)
+    edits: dict[str, dict[str, Any]] = {}
+    for knob in contract.knobs:
+        value = full[knob.name]
+        app = knob.applier()
+        if isinstance(app, FlagApply):
+            if isinstance(value, bool) and (app.when_true is not None or app.when_false is not None):
+                tmpl = app.when_true if value else app.when_false
+                if tmpl:
+                    flags.extend(shlex.split(tmpl))
+            elif app.flag is not None:
+                flags.extend(part.replace("{value}", _value_str(value)) for part in shlex.split(app.flag))
+        elif isinstance(app, EnvApply):
+            env[app.env] = _value_str(value)
+        elif isinstance(app, ConfigApply):
+            edits.setdefault(app.file, {})[app.key] = value
+    argv: list[str] = []
+    for part in shlex.split(contract.launch.command):
+        if part == KNOB_PLACEHOLDER:
+            argv.extend(flags)
+        else:
+            argv.append(part)
+    return LaunchPlan(argv=tuple(argv), env=tuple(sorted(env.items())), config_edits=edits)
+
+
+def apply_config_edits(workdir: Path, edits: dict[str, dict[str, Any]]) -> None:
+    """Write ``edits`` into JSON (``.json``) or YAML config files inside ``workdir`` (created if missing)."""
+    for rel, keys in edits.items():
+        path = workdir / rel
+        if path.suffix == ".json":
+            data = json.loads(path.read_text()) if path.exists() else {}
+        else:
+            from ruamel.yaml import YAML
+
+            data = YAML(typ="safe").load(path.read_text()) if path.exists() else {}
+            data = data or {}
+        for dotted, value in keys.items():
+            node = data
+            parts = dotted.split(".")
+            for p in parts[:-1]:
+                node = node.setdefault(p, {})
+            node[parts[-1]] = value
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix == ".json":
+            path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        else:
+            from ruamel.yaml import YAML
+
+            yaml = YAML(typ="safe")
+            yaml.default_flow_style = False
+            with path.open("w") as fh:
+                yaml.dump(data, fh)
