@@ -41,6 +41,7 @@ def receipt_callback(seq_len: int, precision: str | None = None, receipts: Recei
             self.tokens = 0
             self.samples = 0
             self._hook: Any = None
+            self.pending: dict[str, Any] | None = None
 
         def _pre_hook(self, _module: Any, args: Any, kwargs: Any) -> None:
             ids = kwargs.get("input_ids") if kwargs else None
@@ -59,7 +60,15 @@ def receipt_callback(seq_len: int, precision: str | None = None, receipts: Recei
                            versions=tl.software_versions())
             self._hook = model.register_forward_pre_hook(self._pre_hook, with_kwargs=True)
 
+        def _flush(self) -> None:
+            # The Trainer logs after on_step_end, so the line waits for on_log (or the next step).
+            if self.pending is not None:
+                p, self.pending = self.pending, None
+                self.rx.update(p["step"], self.loss, self.grad_norm, p["tokens"], p["samples"], seq_len,
+                               p["step"], p["lr"], p["digest"], p["dt"], tl.peak_mem_gib())
+
         def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self._flush()
             self.digest, self.tokens, self.samples = "", 0, 0
             self.t0 = time.perf_counter()
 
@@ -69,14 +78,16 @@ def receipt_callback(seq_len: int, precision: str | None = None, receipts: Recei
                 self.loss = float(logs["loss"])
             if "grad_norm" in logs:
                 self.grad_norm = float(logs["grad_norm"])
+            self._flush()
 
         def on_step_end(self, args: Any, state: Any, control: Any, optimizer: Any = None, **kw: Any) -> None:
             dt = time.perf_counter() - self.t0
             lr = float(optimizer.param_groups[0]["lr"]) if optimizer is not None else 0.0
-            self.rx.update(state.global_step, self.loss, self.grad_norm, self.tokens, self.samples, seq_len,
-                           state.global_step, lr, self.digest, dt, tl.peak_mem_gib())
+            self.pending = {"step": state.global_step, "tokens": self.tokens, "samples": self.samples,
+                            "lr": lr, "digest": self.digest, "dt": dt}
 
         def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self._flush()
             if self._hook is not None:
                 self._hook.remove()
             self.rx.footer(state.global_step)

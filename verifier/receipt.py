@@ -1,0 +1,142 @@
+"""The receipt schema (``infrarsi.receipt/1``), loading with signature/replay checks, and outcome classes.
+
+A receipt is the JSON object the exec wrapper writes: ``schema``, ``trial_id``,
+``header`` (or null), ``updates`` (each as emitted plus ``wall_t``), ``footer`` (or
+null), ``wrapper`` (exit code, signal, timeout, wall time, OOM, error lines, frozen-file
+hashes, memory cap, argv) and ``signature`` (hex HMAC-SHA256, see :mod:`verifier.signing`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verifier import signing
+
+SCHEMA = "infrarsi.receipt/1"
+
+
+class ReceiptError(ValueError):
+    """A receipt cannot be trusted or read; the message is one line naming why."""
+
+
+def num(value: Any) -> float:
+    """Receipt number -> float, turning the emitter's ``"NaN"``/``"Infinity"`` strings back; None -> NaN."""
+    if value is None:
+        return math.nan
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """A parsed receipt (see module docstring for the fields).  ``data`` is the full JSON object."""
+
+    schema: str
+    trial_id: str
+    header: dict[str, Any] | None
+    updates: list[dict[str, Any]]
+    footer: dict[str, Any] | None
+    wrapper: dict[str, Any]
+    signature: str | None
+    data: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Receipt":
+        """Build without any signature check (tests, already-verified stores); raises ``ReceiptError`` on bad shape."""
+        if not isinstance(d, dict):
+            raise ReceiptError("receipt: top level is not a JSON object")
+        updates = d.get("updates")
+        if not isinstance(updates, list) or not all(isinstance(u, dict) for u in updates):
+            raise ReceiptError("receipt: 'updates' is not a list of objects")
+        wrapper = d.get("wrapper")
+        if not isinstance(wrapper, dict):
+            raise ReceiptError("receipt: 'wrapper' section missing")
+        header = d.get("header")
+        footer = d.get("footer")
+        return cls(
+            schema=str(d.get("schema")),
+            trial_id=str(d.get("trial_id")),
+            header=header if isinstance(header, dict) else None,
+            updates=list(updates),
+            footer=footer if isinstance(footer, dict) else None,
+            wrapper=wrapper,
+            signature=d.get("signature") if isinstance(d.get("signature"), str) else None,
+            data=d,
+        )
+
+    @property
+    def completed(self) -> int:
+        """Number of update lines the wrapper received."""
+        return len(self.updates)
+
+    def to_bytes(self) -> bytes:
+        """The receipt as UTF-8 JSON (the form stored and signed)."""
+        return json.dumps(self.data, sort_keys=True, indent=1, ensure_ascii=False).encode("utf-8")
+
+
+def _parse(path_or_bytes: str | Path | bytes) -> dict[str, Any]:
+    if isinstance(path_or_bytes, (bytes, bytearray)):
+        raw = bytes(path_or_bytes)
+        where = "receipt"
+    else:
+        where = str(path_or_bytes)
+        try:
+            raw = Path(path_or_bytes).read_bytes()
+        except OSError as exc:
+            raise ReceiptError(f"{where}: cannot read ({exc.strerror})") from None
+    try:
+        d = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReceiptError(f"{where}: not valid JSON ({exc})") from None
+    if not isinstance(d, dict):
+        raise ReceiptError(f"{where}: top level is not a JSON object")
+    return d
+
+
+def load_receipt(path_or_bytes: str | Path | bytes, master_key: bytes, expected_trial_id: str) -> Receipt:
+    """Load a receipt and prove it is this trial's, untouched, in the current schema.
+
+    The signature is checked with ``derive_trial_key(master_key, receipt.trial_id)``;
+    then the schema; then that ``trial_id`` equals ``expected_trial_id``.
+    Raises :class:`ReceiptError` whose message starts with ``unsigned``,
+    ``bad signature``, ``wrong schema`` or ``replayed`` (or names a read/parse problem).
+    """
+    d = _parse(path_or_bytes)
+    sig = d.get("signature")
+    if not isinstance(sig, str) or not sig:
+        raise ReceiptError("unsigned: receipt carries no signature")
+    tid = d.get("trial_id")
+    if not isinstance(tid, str):
+        raise ReceiptError("bad signature: receipt has no trial_id to derive its key from")
+    try:
+        ok = signing.check(d, signing.derive_trial_key(master_key, tid))
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ReceiptError("bad signature: receipt was edited after signing or signed with another key")
+    if d.get("schema") != SCHEMA:
+        raise ReceiptError(f"wrong schema: {d.get('schema')!r}, expected {SCHEMA!r}")
+    if tid != expected_trial_id:
+        raise ReceiptError(f"replayed: receipt belongs to trial {tid!r}, not {expected_trial_id!r}")
+    return Receipt.from_dict(d)
+
+
+def classify_outcome(receipt: Receipt) -> str:
+    """``"timeout"``, ``"oom"``, ``"crash"`` or ``"ok"`` from the wrapper section and the updates/footer.
+
+    ``ok`` needs exit code 0, no signal, and a footer whose ``completed`` equals the
+    number of update lines received.
+    """
+    w = receipt.wrapper
+    if w.get("timed_out"):
+        return "timeout"
+    if w.get("oom") or any(e.get("kind") == "oom" for e in w.get("errors") or []):
+        return "oom"
+    if w.get("exit_code") != 0 or w.get("signal"):
+        return "crash"
+    if receipt.footer is None or int(receipt.footer.get("completed", -1)) != len(receipt.updates):
+        return "crash"
+    return "ok"

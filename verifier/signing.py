@@ -1,0 +1,47 @@
+"""HMAC-SHA256 signing of receipts over a canonical JSON serialisation.
+
+Canonical form: ``json.dumps(obj, sort_keys=True, separators=(",", ":"),
+ensure_ascii=False, allow_nan=False)`` encoded as UTF-8, computed over the receipt
+object without its ``signature`` key.  Per-trial keys are derived from the
+controller's master key so a key leaked by one trial cannot sign another's receipt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from typing import Any
+
+
+def derive_trial_key(master_key: bytes, trial_id: str) -> bytes:
+    """Per-trial signing key: ``HMAC-SHA256(master_key, trial_id)`` (32 raw bytes)."""
+    return hmac.new(master_key, trial_id.encode("utf-8"), hashlib.sha256).digest()
+
+
+def canonical_bytes(obj: Any) -> bytes:
+    """Canonical UTF-8 JSON of ``obj`` (sorted keys, no whitespace); raises ``ValueError`` on NaN/Inf."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def sign(obj: dict[str, Any], key: bytes) -> str:
+    """Hex HMAC-SHA256 of the canonical form of ``obj`` minus any ``signature`` key."""
+    body = {k: v for k, v in obj.items() if k != "signature"}
+    return hmac.new(key, canonical_bytes(body), hashlib.sha256).hexdigest()
+
+
+def check(obj: dict[str, Any], key: bytes) -> bool:
+    """True when ``obj["signature"]`` is the valid signature of ``obj`` under ``key`` (constant-time)."""
+    sig = obj.get("signature")
+    if not isinstance(sig, str):
+        return False
+    return hmac.compare_digest(sig, sign(obj, key))
+
+
+def read_key_file(path: str) -> bytes:
+    """Key bytes from a file: surrounding whitespace stripped; raises ``OSError`` if unreadable, ``ValueError`` if empty."""
+    with open(path, "rb") as fh:
+        key = fh.read().strip()
+    if not key:
+        raise ValueError(f"{path}: signing key file is empty")
+    return key
