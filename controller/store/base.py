@@ -1,0 +1,151 @@
+"""The storage contract.  Every persistent fact about workloads, campaigns and trials goes through it.
+
+Contract for implementations (the SQL one in :mod:`controller.store.sql` serves PostgreSQL and SQLite):
+
+- Methods return immutable snapshots from :mod:`controller.store.records`, never live ORM objects.
+- Every method is one transaction: it either happens entirely or not at all.  In particular
+  :meth:`Store.ingest` writes the receipt, verdicts, observation, cost entry, the trial's outcome and an event
+  together, and is idempotent: ingesting a trial whose status is already ``ingested`` changes nothing and
+  returns False.
+- Trial lifecycle: :meth:`add_trial_intent` records the intent to submit *before* the executor is called
+  (status ``intent``); :meth:`mark_submitted` records the job id after; a restart that finds an ``intent`` row
+  asks the executor whether the job exists (adoption) or submits it again under the same trial key.
+- The ``events`` table is append-only (enforced by a database trigger).
+- Unreachable databases raise :class:`controller.errors.StoreError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
+from typing import Any, Sequence
+
+from controller.store.records import (
+    CampaignRecord, Ingest, ObservationRecord, StoredReceipt, TrialRecord, VerdictItem, WorkloadRecord,
+)
+
+
+class Store(ABC):
+    """Abstract storage interface (see the module docstring for the contract)."""
+
+    # workloads --------------------------------------------------------------
+    @abstractmethod
+    def register_workload(self, name: str, owner: str, contract_yaml: str, contract_digest: str,
+                          partition: str | None, max_concurrent: int) -> WorkloadRecord:
+        """Create or update (by name) a workload; returns the stored snapshot."""
+
+    @abstractmethod
+    def list_workloads(self) -> list[WorkloadRecord]:
+        """All workloads ordered by name."""
+
+    @abstractmethod
+    def get_workload(self, name_or_id: str | int) -> WorkloadRecord:
+        """One workload; KeyError naming it when absent."""
+
+    # campaigns --------------------------------------------------------------
+    @abstractmethod
+    def create_campaign(self, **fields: Any) -> CampaignRecord:
+        """Insert a campaign in state ``init`` (fields as in :class:`CampaignRecord`, minus ids and times)."""
+
+    @abstractmethod
+    def get_campaign(self, campaign_id: int) -> CampaignRecord:
+        """One campaign; KeyError naming it when absent."""
+
+    @abstractmethod
+    def list_campaigns(self, states: Sequence[str] | None = None) -> list[CampaignRecord]:
+        """Campaigns (optionally only in ``states``), newest first."""
+
+    @abstractmethod
+    def update_campaign(self, campaign_id: int, **fields: Any) -> CampaignRecord:
+        """Set fields (state, scope, doctor, result, delivered_speedup, error) and log a state change event."""
+
+    # trials -----------------------------------------------------------------
+    @abstractmethod
+    def add_trial_intent(self, campaign_id: int, trial_key: str, stage: str, config: dict[str, Any],
+                         patches: list[str], signature: str, executor: str, outdir: str, gpus: int,
+                         partition: str | None, group_key: str | None = None) -> TrialRecord:
+        """Record the intent to launch (status ``intent``) with the next sequence number of the campaign."""
+
+    @abstractmethod
+    def mark_submitted(self, trial_id: int, job_id: str, submit_time: float) -> TrialRecord:
+        """Record the executor's job id (status ``submitted``)."""
+
+    @abstractmethod
+    def mark_resubmitted(self, trial_id: int, job_id: str, submit_time: float, reason: str) -> TrialRecord:
+        """A requeue (preemption, node failure): new job id, attempt + 1, an event with ``reason``."""
+
+    @abstractmethod
+    def mark_finished(self, trial_id: int, outcome: str, reason: str, start_time: float | None,
+                      end_time: float | None) -> TrialRecord:
+        """The executor reports the job finished (status ``finished``); ingestion follows."""
+
+    @abstractmethod
+    def ingest(self, trial_id: int, ingest: Ingest) -> bool:
+        """Write receipt, verdicts, observation, cost and outcome atomically (status ``ingested``).
+
+        Returns False (and writes nothing) when the trial was already ingested."""
+
+    @abstractmethod
+    def get_trial(self, trial_id: int) -> TrialRecord:
+        """One trial; KeyError when absent."""
+
+    @abstractmethod
+    def list_trials(self, campaign_id: int, statuses: Sequence[str] | None = None,
+                    stages: Sequence[str] | None = None) -> list[TrialRecord]:
+        """A campaign's trials in sequence order, optionally filtered."""
+
+    @abstractmethod
+    def live_trials(self, campaign_ids: Sequence[int] | None = None) -> list[TrialRecord]:
+        """Trials in status ``intent`` or ``submitted`` (uses the status index)."""
+
+    @abstractmethod
+    def observations(self, campaign_id: int) -> dict[int, ObservationRecord]:
+        """Observations of a campaign keyed by trial id."""
+
+    @abstractmethod
+    def verdicts(self, trial_id: int) -> list[VerdictItem]:
+        """The stored invariant results of one trial."""
+
+    @abstractmethod
+    def receipt_raw(self, trial_id: int) -> bytes | None:
+        """The stored receipt bytes of a trial (None when it produced none)."""
+
+    @abstractmethod
+    def list_receipts(self, campaign_id: int) -> list[StoredReceipt]:
+        """Every stored receipt of a campaign with its references and judge spec (for re-judging)."""
+
+    # events, costs, finance -------------------------------------------------
+    @abstractmethod
+    def add_event(self, kind: str, payload: dict[str, Any] | None = None, campaign_id: int | None = None,
+                  trial_id: int | None = None) -> None:
+        """Append one event."""
+
+    @abstractmethod
+    def events(self, campaign_id: int, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest ``limit`` events of a campaign, oldest first."""
+
+    @abstractmethod
+    def add_llm_cost(self, campaign_id: int, stage: str, llm_tokens: int) -> None:
+        """Record LLM tokens spent by a proposer (a cost row without a trial)."""
+
+    @abstractmethod
+    def cost_by_stage(self, campaign_id: int) -> list[dict[str, Any]]:
+        """GPU-hours per stage and failure class for one campaign."""
+
+    @abstractmethod
+    def finops(self, view: str) -> list[dict[str, Any]]:
+        """Rows of one finance view (``failed``, ``campaign_cost``, ``cost_per_pct``)."""
+
+    # experience bank --------------------------------------------------------
+    @abstractmethod
+    def add_experience(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Append verified experience rows (knob, value, workload_class, gpu, log_speedup, mem_delta_gib)."""
+
+    @abstractmethod
+    def experience(self, workload_class: str | None = None, gpu: str | None = None) -> list[dict[str, Any]]:
+        """Experience rows, optionally filtered."""
+
+    # coordination -----------------------------------------------------------
+    @abstractmethod
+    def leader_lock(self, name: str = "infrarsi-daemon") -> AbstractContextManager[bool]:
+        """A context manager that tries to become the only acting daemon; yields True when acquired."""

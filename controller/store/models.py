@@ -1,0 +1,204 @@
+"""SQLAlchemy 2.0 ORM models.  Only :mod:`controller.store` imports this module.
+
+The schema itself is owned by Alembic (``migrations/versions``); these classes must match the head revision
+(``tests/store/test_migrations.py`` compares them).  Times are stored as UTC ``DateTime`` for people (finance
+queries) and as float unix seconds where the executor needs exact keys (``submit_time`` with ``job_id``
+identifies a Slurm job, because Slurm reuses ids).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import (
+    JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String, Text, UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    """Timezone-aware current UTC time."""
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    """Declarative base for all infrarsi tables."""
+
+
+class Workload(Base):
+    """A training workload registered by an admin: its contract and scheduling limits."""
+
+    __tablename__ = "workloads"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    owner: Mapped[str] = mapped_column(String(100))
+    contract_yaml: Mapped[str] = mapped_column(Text)
+    contract_digest: Mapped[str] = mapped_column(String(64))
+    partition: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    max_concurrent: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Campaign(Base):
+    """One tuning campaign: a state machine advanced by the engine (embedded) or the daemon."""
+
+    __tablename__ = "campaigns"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    workload_id: Mapped[int | None] = mapped_column(ForeignKey("workloads.id"), nullable=True)
+    owner: Mapped[str] = mapped_column(String(100))
+    state: Mapped[str] = mapped_column(String(20), index=True)
+    contract_path: Mapped[str] = mapped_column(Text)
+    contract_yaml: Mapped[str] = mapped_column(Text)
+    contract_digest: Mapped[str] = mapped_column(String(64))
+    repo_path: Mapped[str] = mapped_column(Text)
+    workdir: Mapped[str] = mapped_column(Text)
+    executor: Mapped[str] = mapped_column(String(20), default="local")
+    partition: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    budget_gpu_hours: Mapped[float] = mapped_column(Float)
+    budget_trials: Mapped[int] = mapped_column(Integer)
+    seed: Mapped[int] = mapped_column(Integer, default=0)
+    scope_json: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    doctor_json: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    result_json: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    delivered_speedup: Mapped[float | None] = mapped_column(Float, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+    trials: Mapped[list["Trial"]] = relationship(back_populates="campaign", order_by="Trial.seq")
+
+
+class Trial(Base):
+    """One launch of one candidate.  ``status`` is the lifecycle (intent -> submitted -> finished -> ingested);
+    ``outcome`` is what happened (ok, oom, crash, timeout, cancelled, rejected)."""
+
+    __tablename__ = "trials"
+    __table_args__ = (
+        UniqueConstraint("campaign_id", "seq", name="uq_trials_campaign_seq"),
+        Index("ix_trials_campaign_status", "campaign_id", "status"),
+        Index("ix_trials_status", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id"))
+    seq: Mapped[int] = mapped_column(Integer)
+    trial_key: Mapped[str] = mapped_column(String(64), unique=True)
+    stage: Mapped[str] = mapped_column(String(20))
+    config_json: Mapped[dict] = mapped_column(JSON)
+    patches_json: Mapped[list] = mapped_column(JSON)
+    signature: Mapped[str] = mapped_column(String(64), index=True)
+    group_key: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    status: Mapped[str] = mapped_column(String(20))
+    outcome: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    executor: Mapped[str] = mapped_column(String(20))
+    job_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    submit_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    start_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    end_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    gpus: Mapped[int] = mapped_column(Integer, default=0)
+    partition: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    outdir: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    campaign: Mapped[Campaign] = relationship(back_populates="trials")
+
+
+class Receipt(Base):
+    """The raw signed receipt bytes of a trial, exactly as the exec wrapper wrote them."""
+
+    __tablename__ = "receipts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id"), unique=True)
+    raw: Mapped[bytes] = mapped_column(LargeBinary)
+    signature: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    signature_ok: Mapped[bool] = mapped_column(Boolean, default=False)
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Verdict(Base):
+    """One invariant's result for one trial."""
+
+    __tablename__ = "verdicts"
+    __table_args__ = (UniqueConstraint("trial_id", "invariant", name="uq_verdicts_trial_invariant"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id"), index=True)
+    invariant: Mapped[str] = mapped_column(String(40))
+    layer: Mapped[str] = mapped_column(String(4))
+    status: Mapped[str] = mapped_column(String(12))
+    required: Mapped[bool] = mapped_column(Boolean, default=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+
+
+class Observation(Base):
+    """What the models learn from a trial: step time and (possibly censored) peak memory."""
+
+    __tablename__ = "observations"
+    __table_args__ = (Index("ix_observations_campaign", "campaign_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id"), unique=True)
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id"))
+    step_time_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    peak_mem_gib: Mapped[float | None] = mapped_column(Float, nullable=True)
+    censor_kind: Mapped[str | None] = mapped_column(String(12), nullable=True)
+    oom_shortfall_gib: Mapped[float | None] = mapped_column(Float, nullable=True)
+    loss_window_mean: Mapped[float | None] = mapped_column(Float, nullable=True)
+    accepted: Mapped[bool] = mapped_column(Boolean, default=False)
+    first_failed_layer: Mapped[str | None] = mapped_column(String(4), nullable=True)
+    details_json: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+
+
+class CostEntry(Base):
+    """GPU-seconds and LLM tokens spent, one row per trial (and per LLM call); failed trials included."""
+
+    __tablename__ = "cost_ledger"
+    __table_args__ = (Index("ix_cost_campaign", "campaign_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id"))
+    trial_id: Mapped[int | None] = mapped_column(ForeignKey("trials.id"), nullable=True, unique=True)
+    stage: Mapped[str] = mapped_column(String(20))
+    partition: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    llm_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    failure_class: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Event(Base):
+    """Append-only log of everything that happened (a trigger refuses UPDATE and DELETE)."""
+
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_campaign", "campaign_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    campaign_id: Mapped[int | None] = mapped_column(ForeignKey("campaigns.id"), nullable=True)
+    trial_id: Mapped[int | None] = mapped_column(ForeignKey("trials.id"), nullable=True)
+    kind: Mapped[str] = mapped_column(String(40))
+    payload: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Experience(Base):
+    """Verified write-back: what a knob setting or patch did on a workload class and GPU (paper section 5.3)."""
+
+    __tablename__ = "experience"
+    __table_args__ = (Index("ix_experience_knob", "knob", "value"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    campaign_id: Mapped[int | None] = mapped_column(ForeignKey("campaigns.id"), nullable=True)
+    workload_class: Mapped[str] = mapped_column(String(100))
+    gpu: Mapped[str] = mapped_column(String(100))
+    knob: Mapped[str] = mapped_column(String(100))
+    value: Mapped[str] = mapped_column(String(200))
+    log_speedup: Mapped[float | None] = mapped_column(Float, nullable=True)
+    mem_delta_gib: Mapped[float | None] = mapped_column(Float, nullable=True)
+    verified: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
