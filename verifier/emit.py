@@ -20,7 +20,7 @@ strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` so that every line is strict 
   "tokens_per_update", "seq_len", "versions", "extra"}``
 * ``{"kind": "update", "index", "loss", "grad_norm", "tokens", "samples", "seq_len",
   "opt_step", "lr", "batch_digest", "step_time_s", "peak_mem_gib", "phases"}``
-* ``{"kind": "footer", "completed"}``
+* ``{"kind": "footer", "completed", "extra"?}``
 """
 
 from __future__ import annotations
@@ -181,9 +181,17 @@ class Receipts:
             }
         )
 
-    def footer(self, completed: int) -> None:
-        """Write the footer with the number of updates the job completed."""
-        self._write({"kind": "footer", "completed": int(completed)})
+    def footer(self, completed: int, extra: dict | None = None) -> None:
+        """Write the footer with the number of updates the job completed.
+
+        ``extra`` optionally carries end-of-run results that conditional checks
+        compare with the reference's: ``{"eval": <float>}`` (eval_matches) and
+        ``{"resume_loss": <float>}`` (resume_continues).
+        """
+        line: dict[str, Any] = {"kind": "footer", "completed": int(completed)}
+        if extra:
+            line["extra"] = dict(extra)
+        self._write(line)
 
     def close(self) -> None:
         """Flush and release the destination (the inherited descriptor itself stays open)."""

@@ -95,7 +95,12 @@ def _read_key(opts: ExecOptions) -> bytes | None:
             raise WrapperError(f"--key-file {opts.key_file}: cannot delete before starting the job ({exc.strerror})") from None
         return key
     env_key = os.environ.get(KEY_ENV)
-    return env_key.encode("utf-8") if env_key else None
+    if not env_key:
+        return None
+    try:
+        return signing.parse_key(env_key, KEY_ENV)
+    except ValueError as exc:
+        raise WrapperError(str(exc)) from None
 
 
 def _read_receipts(fh: BinaryIO, st: _State) -> None:

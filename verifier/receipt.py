@@ -96,11 +96,12 @@ def _parse(path_or_bytes: str | Path | bytes) -> dict[str, Any]:
     return d
 
 
-def load_receipt(path_or_bytes: str | Path | bytes, master_key: bytes, expected_trial_id: str) -> Receipt:
+def load_receipt(path_or_bytes: str | Path | bytes, master_key: bytes, expected_trial_id: str | None) -> Receipt:
     """Load a receipt and prove it is this trial's, untouched, in the current schema.
 
     The signature is checked with ``derive_trial_key(master_key, receipt.trial_id)``;
-    then the schema; then that ``trial_id`` equals ``expected_trial_id``.
+    then the schema; then that ``trial_id`` equals ``expected_trial_id`` (skipped when
+    it is ``None``, e.g. for reference receipts whose own id is authenticated).
     Raises :class:`ReceiptError` whose message starts with ``unsigned``,
     ``bad signature``, ``wrong schema`` or ``replayed`` (or names a read/parse problem).
     """
@@ -119,7 +120,7 @@ def load_receipt(path_or_bytes: str | Path | bytes, master_key: bytes, expected_
         raise ReceiptError("bad signature: receipt was edited after signing or signed with another key")
     if d.get("schema") != SCHEMA:
         raise ReceiptError(f"wrong schema: {d.get('schema')!r}, expected {SCHEMA!r}")
-    if tid != expected_trial_id:
+    if expected_trial_id is not None and tid != expected_trial_id:
         raise ReceiptError(f"replayed: receipt belongs to trial {tid!r}, not {expected_trial_id!r}")
     return Receipt.from_dict(d)
 

@@ -2,7 +2,7 @@
 
 Canonical form: ``json.dumps(obj, sort_keys=True, separators=(",", ":"),
 ensure_ascii=False, allow_nan=False)`` encoded as UTF-8, computed over the receipt
-object without its ``signature`` key.  Per-trial keys are derived from the
+object without its ``signature`` key.  Keys travel as hex text (key files and ``INFRARSI_SIGNING_KEY``).  Per-trial keys are derived from the
 controller's master key so a key leaked by one trial cannot sign another's receipt.
 """
 
@@ -38,10 +38,29 @@ def check(obj: dict[str, Any], key: bytes) -> bool:
     return hmac.compare_digest(sig, sign(obj, key))
 
 
+def parse_key(text: str | bytes, where: str = "key") -> bytes:
+    """Key bytes from their hex text form (surrounding whitespace ignored); ``ValueError`` if empty or not hex."""
+    if isinstance(text, bytes):
+        text = text.decode("ascii", "replace")
+    text = text.strip()
+    if not text:
+        raise ValueError(f"{where}: signing key is empty")
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        raise ValueError(f"{where}: signing key is not hex text") from None
+
+
 def read_key_file(path: str) -> bytes:
-    """Key bytes from a file: surrounding whitespace stripped; raises ``OSError`` if unreadable, ``ValueError`` if empty."""
+    """Key from a file holding it as hex text; raises ``OSError`` if unreadable, ``ValueError`` if empty/not hex."""
     with open(path, "rb") as fh:
-        key = fh.read().strip()
-    if not key:
-        raise ValueError(f"{path}: signing key file is empty")
-    return key
+        return parse_key(fh.read(), path)
+
+
+def write_key_file(path: str, key: bytes) -> None:
+    """Write ``key`` as hex text to ``path``, readable by the owner only (mode 0600)."""
+    import os
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(key.hex() + "\n")
