@@ -40,6 +40,7 @@ from numpy.typing import ArrayLike
 from scipy import linalg
 from scipy.special import log_ndtr, ndtr
 
+from surrogate._blas import single_threaded
 from surrogate._validate import as_matrix, broadcast_param
 from surrogate.errors import SurrogateError
 
@@ -186,6 +187,7 @@ class TobitMemoryModel:
                 target[1:] = broadcast_param(a, d, name, positive)
         return m0, v0
 
+    @single_threaded
     def set_prior(self, prior_mean: ArrayLike | None, prior_var: ArrayLike | None) -> "TobitMemoryModel":
         """Replace the prior (same conventions as the constructor) and refit on the stored data.
 
@@ -198,6 +200,7 @@ class TobitMemoryModel:
         return self
 
     # ---------------------------------------------------------------- fitting
+    @single_threaded
     def fit(
         self,
         X: ArrayLike,
@@ -332,6 +335,7 @@ class TobitMemoryModel:
         if self._theta is None or self._L is None:
             raise SurrogateError("the memory model is not fitted; call fit first")
 
+    @single_threaded
     def predict(self, X: ArrayLike, include_noise: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Predicted per-GPU peak memory for each row of X.
 
@@ -351,6 +355,7 @@ class TobitMemoryModel:
             var = var + self.sigma_obs**2
         return mean, np.sqrt(var)
 
+    @single_threaded
     def p_feasible(self, X: ArrayLike, limit_gib: float | None = None) -> np.ndarray:
         """Probability that each row's peak stays within ``limit_gib`` (default: capacity).
 
@@ -374,6 +379,7 @@ class TobitMemoryModel:
         return self._theta[1:].copy()
 
     @property
+    @single_threaded
     def cov(self) -> np.ndarray:
         """Laplace covariance of (intercept, beta), (d+1)-by-(d+1)."""
         self._require_fit()

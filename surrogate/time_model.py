@@ -27,6 +27,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import linalg
 
+from surrogate._blas import single_threaded
 from surrogate._validate import as_matrix, as_vector, broadcast_param
 from surrogate.errors import SurrogateError
 from surrogate.priors import PriorRevision, empirical_bayes_revision, floor_prior_sd
@@ -84,6 +85,7 @@ class BayesLinearTimeModel:
         SurrogateError: non-finite or non-positive variances, shape mismatch.
     """
 
+    @single_threaded
     def __init__(
         self,
         prior_mean: ArrayLike,
@@ -141,6 +143,7 @@ class BayesLinearTimeModel:
         self._mean = linalg.cho_solve((self._L, True), self._rhs, check_finite=False)
 
     # --------------------------------------------------------------- fitting
+    @single_threaded
     def fit(self, X: ArrayLike, y: ArrayLike) -> "BayesLinearTimeModel":
         """Replace all data with (X, y) and solve the posterior.
 
@@ -167,6 +170,7 @@ class BayesLinearTimeModel:
         self._solve()
         return self
 
+    @single_threaded
     def update(self, x: ArrayLike, y: float) -> "BayesLinearTimeModel":
         """Add one observation incrementally (rank-one Cholesky update, O(d^2)).
 
@@ -192,6 +196,7 @@ class BayesLinearTimeModel:
         return self
 
     # ------------------------------------------------------------ prediction
+    @single_threaded
     def predict(self, X: ArrayLike, include_noise: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Posterior predictive log-speedup for each row of X.
 
@@ -231,12 +236,14 @@ class BayesLinearTimeModel:
         return self._mean.copy()
 
     @property
+    @single_threaded
     def coef_cov(self) -> np.ndarray:
         """Posterior covariance of beta (d-by-d), from the Cholesky factor."""
         Linv = linalg.solve_triangular(self._L, np.eye(self._L.shape[0]), lower=True)
         return Linv.T @ Linv
 
     @property
+    @single_threaded
     def coef_sd(self) -> np.ndarray:
         """Posterior SD of each coefficient."""
         Linv = linalg.solve_triangular(self._L, np.eye(self._L.shape[0]), lower=True)
@@ -253,6 +260,7 @@ class BayesLinearTimeModel:
         return self._var0.copy()
 
     # -------------------------------------------------------- prior handling
+    @single_threaded
     def set_prior(self, prior_mean: ArrayLike, prior_var: ArrayLike) -> "BayesLinearTimeModel":
         """Replace the prior (floored as in the constructor) and re-solve in place.
 
@@ -268,6 +276,7 @@ class BayesLinearTimeModel:
         self._solve()
         return self
 
+    @single_threaded
     def data_estimates(self, vague_var: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """What the data alone say about each coefficient.
 
@@ -287,6 +296,7 @@ class BayesLinearTimeModel:
         var = np.einsum("ij,ij->j", Linv, Linv)
         return est, var, var < 0.5 * vague_var
 
+    @single_threaded
     def revise_prior(self, min_informed: int = 3) -> PriorRevision:
         """Empirical-Bayes prior revision, re-solving the posterior in place.
 
