@@ -100,6 +100,7 @@ class VerdictItem:
 
 @dataclass(frozen=True)
 class ObservationRecord:
+    id: int
     trial_id: int
     step_time_s: float | None
     peak_mem_gib: float | None

@@ -1,0 +1,73 @@
+"""The ``apply`` stage: write the promoted configuration and source diffs into the target repo.
+
+Refuses (one line, naming the file) when any file locked at ``init`` changed since, when a patch no longer
+applies, or when the requested branch already exists.  With a branch, the change is committed there, so
+``git diff <base>..<branch>`` is exactly the promoted diff plus ``infrarsi.promoted.yaml``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from controller.campaign.scope import changed_since_lock, git
+from controller.contract.launch import apply_config_edits
+from controller.errors import PatchError, ScopeError
+
+PROMOTED_FILE = "infrarsi.promoted.yaml"
+
+
+def apply_result(repo: Path, scope: dict[str, Any], result: dict[str, Any], pack_text: str,
+                 branch: str | None = None) -> dict[str, Any]:
+    """Apply the promoted candidate of ``result`` to ``repo``; returns what was written."""
+    changed = changed_since_lock(repo, scope)
+    if changed:
+        raise ScopeError(f"{changed[0]} changed since init (locked at {str(scope.get('commit'))[:10]}): "
+                         f"refusing to apply; start a new campaign")
+    promoted = result.get("promoted")
+    patches = list(promoted["patches"]) if promoted else []
+    texts = [(p, scope["patches"][p]) for p in patches]
+    if branch:
+        if git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False).strip():
+            raise ScopeError(f"branch {branch} already exists in {repo}")
+        git(repo, "checkout", "-q", "-b", branch)
+    for name, text in texts:
+        proc = subprocess.run(["git", "-C", str(repo), "apply", "--index" if branch else "--whitespace=nowarn", "-"],
+                              input=text, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise PatchError(f"patch {name} does not apply to {repo}: "
+                             f"{(proc.stderr.strip().splitlines() or ['conflict'])[0]}")
+    edits = _config_edits(pack_text)
+    if edits:
+        apply_config_edits(repo, edits)
+    (repo / PROMOTED_FILE).write_text(pack_text)
+    files = sorted({*(_touched(t) for _, t in texts), PROMOTED_FILE, *edits})
+    if branch:
+        git(repo, "add", "--", PROMOTED_FILE, *edits)
+        git(repo, "-c", "user.name=infrarsi", "-c", "user.email=infrarsi@localhost", "commit", "-q", "-m",
+            f"infrarsi: apply campaign {result['campaign']['id']} ({result['delivered_speedup']:.2f}x verified)")
+    return {"branch": branch, "patches": patches, "files": [f for f in files if f], "speedup": result["delivered_speedup"]}
+
+
+def _touched(diff: str) -> str:
+    for line in diff.splitlines():
+        if line.startswith("+++ b/"):
+            return line[6:]
+    return ""
+
+
+def _config_edits(pack_text: str) -> dict[str, dict[str, Any]]:
+    from ruamel.yaml import YAML
+
+    doc = YAML(typ="safe").load(pack_text) or {}
+    return dict(doc.get("config_edits") or {})
+
+
+def load_result(report_dir: Path) -> dict[str, Any]:
+    """The campaign's result.json; ScopeError when the campaign has not reached the report stage."""
+    path = report_dir / "result.json"
+    if not path.is_file():
+        raise ScopeError(f"{path} does not exist: the campaign has not finished ('infrarsi run' first)")
+    return json.loads(path.read_text())

@@ -1,0 +1,193 @@
+"""The ``report`` stage: result.json, pack.yaml, REPORT.md and progress.png beside each other.
+
+``result.json`` (schema ``infrarsi.result/1``) is the single source the report, ``infrarsi apply`` and finance
+tooling read; ``pack.yaml`` is the promoted launch configuration in a form a researcher can paste into a job
+script.  Artifacts are written to ``<campaign workdir>/report/`` (atomically: temp file then rename).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from controller.contract.checks import complete_config
+from controller.contract.launch import render_launch
+from controller.store.records import CampaignRecord
+
+if TYPE_CHECKING:  # pragma: no cover
+    from controller.campaign.engine import CampaignEngine
+
+LAYERS = ("L0", "L1", "L2", "L3", "L4", "L5")
+PEAK_FLOPS = float(os.environ.get("INFRARSI_PEAK_TFLOPS", "989.5")) * 1e12
+MFU_FORMULA = ("MFU = (tokens per update / step time) x flops_per_token / (devices x peak); flops_per_token = "
+               "6 x active matrix parameters + attention FLOPs (12 x n_layer x d_model x seq_len), "
+               "peak = dense BF16 peak per GPU")
+
+
+def report_dir(c: CampaignRecord) -> Path:
+    """Where a campaign's artifacts live."""
+    return Path(c.workdir) / "report"
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _changed(ref: dict[str, Any], cfg: dict[str, Any]) -> dict[str, list[Any]]:
+    return {k: [ref.get(k), v] for k, v in sorted(cfg.items()) if ref.get(k) != v}
+
+
+def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
+    """Collect everything REPORT.md and apply need, from the store and the rebuilt search controller."""
+    store = engine.store
+    contract = engine.contract(c)
+    scope, doctor, res = c.scope or {}, c.doctor or {}, c.result or {}
+    ref_full = complete_config(contract, contract.reference_config) or contract.reference_config
+    t0 = doctor.get("t0")
+    obs = store.observations(c.id)
+    trials_json: list[dict[str, Any]] = []
+    cum = 0.0
+    rejections = {layer: 0 for layer in LAYERS}
+    devices = max(1, contract.launch.nodes * max(1, contract.launch.gpus_per_node))
+    for t in store.list_trials(c.id):
+        o = obs.get(t.id)
+        gpu_h = 0.0
+        if t.start_time is not None and t.end_time is not None:
+            gpu_h = max(0.0, t.end_time - t.start_time) * devices / 3600.0
+        cum += gpu_h
+        full = complete_config(contract, contract.reference_config | t.config) or t.config
+        step = o.step_time_s if o and t.outcome == "ok" else None
+        if t.outcome == "rejected" and o is not None:
+            rejections[o.first_failed_layer or "L0"] = rejections.get(o.first_failed_layer or "L0", 0) + 1
+        trials_json.append({
+            "seq": t.seq, "stage": t.stage, "config": full, "changed": _changed(ref_full, full),
+            "patches": t.patches, "outcome": t.outcome or t.status, "reason": t.reason,
+            "step_time_s": step, "speedup": (t0 / step) if (t0 and step) else None,
+            "peak_mem_gib": o.peak_mem_gib if o else None, "gpu_hours": gpu_h, "cum_gpu_hours": cum,
+            "first_failed_layer": o.first_failed_layer if o else None, "accepted": bool(o and o.accepted),
+        })
+    promo = res.get("promotion") or {}
+    cand = promo.get("candidate")
+    promoted = None
+    speedup = float(c.delivered_speedup or 1.0)
+    if cand:
+        full = complete_config(contract, contract.reference_config | cand["config"]) or cand["config"]
+        cand_trials = [t for t in store.list_trials(c.id, stages=["promotion"]) if t.signature == cand["signature"]]
+        verdicts = store.verdicts(cand_trials[-1].id) if cand_trials else []
+        times = [p["candidate_s"] for p in promo.get("pairs", []) if p.get("candidate_s")
+                 and p["group"].startswith(cand["signature"][:16])]
+        promoted = {
+            "config": full, "changed": _changed(ref_full, full), "patches": cand["patches"],
+            "diff": "".join(scope.get("patches", {}).get(p, "") for p in cand["patches"]),
+            "step_time_s": sorted(times)[len(times) // 2] if times else None, "speedup": speedup,
+            "verdicts": [v.__dict__ for v in verdicts],
+        }
+        if promo.get("speed_reproduces"):
+            promoted["verdicts"] = [v for v in promoted["verdicts"] if v["invariant"] != "speed_reproduces"]
+            g = promo["speed_reproduces"]
+            promoted["verdicts"].append({"invariant": g["name"], "layer": g["layer"], "status": g["status"],
+                                         "required": True, "reason": g["reason"]})
+    fpt = (doctor.get("header_extra") or {}).get("flops_per_token")
+    mfu = None
+    if fpt and t0:
+        tpu = contract.workload.tokens_per_update
+        after_t = promoted["step_time_s"] if promoted and promoted.get("step_time_s") else t0 / speedup
+        mfu = {"formula": MFU_FORMULA, "flops_per_token": float(fpt), "tokens_per_update": tpu, "devices": devices,
+               "peak_flops": PEAK_FLOPS, "before": tpu / t0 * float(fpt) / (devices * PEAK_FLOPS),
+               "after": tpu / after_t * float(fpt) / (devices * PEAK_FLOPS)}
+    by_stage = store.cost_by_stage(c.id)
+    total = sum(r["gpu_hours"] for r in by_stage)
+    failed = sum(r["gpu_hours"] for r in by_stage if r["failure_class"] not in (None, "rejected"))
+    rejected_h = sum(r["gpu_hours"] for r in by_stage if r["failure_class"] == "rejected")
+    try:
+        ctrl = engine.controller(c)
+        memory_table, search = ctrl.memory_table(), ctrl.state_summary()
+    except Exception as exc:  # a report must not fail because the model cannot be rebuilt
+        memory_table, search = [], {"error": str(exc)}
+    return {
+        "schema": "infrarsi.result/1",
+        "campaign": {"id": c.id, "name": c.name, "owner": c.owner, "state": c.state,
+                     "contract_digest": c.contract_digest, "repo": c.repo_path, "commit": scope.get("commit"),
+                     "executor": c.executor, "created_at": c.created_at.isoformat(),
+                     "finished_at": datetime.now(timezone.utc).isoformat()},
+        "delivered_speedup": speedup,
+        "reason": promo.get("reason", ""),
+        "reference": {"config": ref_full, "step_time_s": t0, "sigma_pair": doctor.get("sigma_pair"),
+                      "promotion_margin": doctor.get("promotion_margin"), "big_knob_gate": doctor.get("big_knob_gate"),
+                      "phases": doctor.get("phases") or {}, "peak_mem_gib": doctor.get("reference_peak_mem_gib"),
+                      "reference_window_means": doctor.get("reference_window_means") or []},
+        "promoted": promoted,
+        "mfu": mfu,
+        "trials": trials_json,
+        "rejections_by_layer": rejections,
+        "refused_patches": scope.get("refused_patches") or {},
+        "cost": {"by_stage": by_stage, "total_gpu_hours": total, "failed_gpu_hours": failed,
+                 "rejected_gpu_hours": rejected_h, "budget_gpu_hours": c.budget_gpu_hours,
+                 "share_of_budget": total / c.budget_gpu_hours if c.budget_gpu_hours else None},
+        "memory_table": memory_table,
+        "search": search,
+        "promotion": {k: v for k, v in promo.items() if k != "candidate"},
+    }
+
+
+def pack_yaml(engine: "CampaignEngine", c: CampaignRecord, result: dict[str, Any]) -> str:
+    """The promoted launch configuration: knob values, the rendered command and environment, and patch names."""
+    from ruamel.yaml import YAML
+    import io
+
+    contract = engine.contract(c)
+    promoted = result.get("promoted")
+    config = promoted["config"] if promoted else result["reference"]["config"]
+    plan = render_launch(contract, config)
+    doc = {
+        "campaign": c.id, "name": c.name, "contract_digest": c.contract_digest,
+        "delivered_speedup": result["delivered_speedup"],
+        "knobs": dict(config), "patches": list(promoted["patches"]) if promoted else [],
+        "command": list(plan.argv), "env": dict(plan.env), "config_edits": plan.config_edits,
+    }
+    buf = io.StringIO()
+    yaml = YAML(typ="safe")
+    yaml.default_flow_style = False
+    yaml.dump(doc, buf)
+    return buf.getvalue()
+
+
+def write_artifacts(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Path]:
+    """Write result.json, pack.yaml, progress.png and REPORT.md; also write verified experience back."""
+    from controller.report.markdown import render_report
+    from controller.report.plot import plot_progress
+
+    out = report_dir(c)
+    out.mkdir(parents=True, exist_ok=True)
+    result = build_result(engine, c)
+    _atomic_write(out / "result.json", json.dumps(result, indent=2, default=str).encode())
+    _atomic_write(out / "pack.yaml", pack_yaml(engine, c, result).encode())
+    plot_progress(result, out / "progress.png")
+    _atomic_write(out / "REPORT.md", render_report(result).encode())
+    _write_experience(engine, c, result)
+    return {"dir": out, "report": out / "REPORT.md", "result": out / "result.json", "pack": out / "pack.yaml",
+            "plot": out / "progress.png"}
+
+
+def _write_experience(engine: "CampaignEngine", c: CampaignRecord, result: dict[str, Any]) -> None:
+    """Verified write-back: single-setting measured effects from accepted search trials (paper section 5.3)."""
+    import math
+
+    t0 = result["reference"]["step_time_s"]
+    if not t0:
+        return
+    rows = []
+    gpu = os.environ.get("INFRARSI_GPU_CLASS", "cpu" if not engine.contract(c).launch.gpus_per_node else "gpu")
+    for t in result["trials"]:
+        if t["stage"] != "search" or not t["accepted"] or not t["step_time_s"] or len(t["changed"]) != 1 or t["patches"]:
+            continue
+        (knob, (_, value)), = t["changed"].items()
+        rows.append({"campaign_id": c.id, "workload_class": c.name, "gpu": gpu, "knob": knob, "value": str(value),
+                     "log_speedup": math.log(t0 / t["step_time_s"]), "mem_delta_gib": None, "verified": True})
+    if rows:
+        engine.store.add_experience(rows)

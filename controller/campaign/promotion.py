@@ -1,0 +1,69 @@
+"""Decide the promotion from back-to-back re-runs (the L5 ``speed_reproduces`` gate).
+
+Each promotion candidate was re-run in pairs: the untouched reference, then the candidate, adjacent in time on
+the same executor.  A pair counts only when both runs completed and the candidate's re-run passed the verifier.
+The search library's ``promote`` picks the fastest candidate whose paired speedup clears
+``exp(2*sigma_pair) - 1``; otherwise the delivered speedup is exactly 1.00x, with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from controller.search.space import Candidate, Promotion
+from controller.store.records import ObservationRecord, TrialRecord
+from verifier.judge import speed_reproduces
+
+
+def decide(ctrl: Any, plan: list[dict[str, Any]], done: Sequence[TrialRecord],
+           obs: dict[int, ObservationRecord]) -> tuple[Promotion, dict[str, Any]]:
+    """``(promotion, details)`` where details is JSON for result.json (pairs, gate item, rejections)."""
+    groups: dict[str, dict[str, TrialRecord]] = {}
+    for t in done:
+        # within a group the first run (by sequence) is the reference, the second the candidate
+        g = groups.setdefault(t.group_key or "", {})
+        g["ref" if "ref" not in g else "cand"] = t
+    reruns: dict[Candidate, list[tuple[float, float]]] = {}
+    rejected: list[str] = []
+    pairs_json: list[dict[str, Any]] = []
+    for p in plan:
+        cand = Candidate.from_dict(p["config"], p["patches"])
+        for key, g in sorted(groups.items()):
+            if not key.startswith(p["signature"][:16]) or "ref" not in g or "cand" not in g:
+                continue
+            r, k = g["ref"], g["cand"]
+            ro, ko = obs.get(r.id), obs.get(k.id)
+            row = {"group": key, "reference_trial": r.seq, "candidate_trial": k.seq,
+                   "reference_s": ro.step_time_s if ro else None, "candidate_s": ko.step_time_s if ko else None,
+                   "candidate_outcome": k.outcome, "reason": k.reason}
+            pairs_json.append(row)
+            if r.outcome == "ok" and k.outcome == "ok" and ro and ko and ro.step_time_s and ko.step_time_s:
+                reruns.setdefault(cand, []).append((ro.step_time_s, ko.step_time_s))
+            elif k.outcome == "rejected":
+                rejected.append(f"{p['signature'][:10]}: {k.reason}")
+    if not plan:
+        promo = Promotion(None, 1.0, "no verified candidate beat the reference during the search")
+    elif not reruns:
+        promo = Promotion(None, 1.0, "no promotion candidate completed a clean back-to-back re-run")
+    else:
+        promo = ctrl.promote(reruns)
+    gate = None
+    if promo.candidate is not None and promo.candidate in reruns:
+        pr = reruns[promo.candidate]
+        item = speed_reproduces([a for a, _ in pr], [b for _, b in pr], float(ctrl.noise.promotion_margin))
+        gate = {"name": item.name, "layer": item.layer, "status": item.status, "reason": item.reason}
+        if item.status != "pass":
+            promo = Promotion(None, 1.0, f"L5 speed_reproduces: {item.reason}")
+    details = {
+        "candidate": None if promo.candidate is None else
+        {"config": promo.candidate.as_dict(), "patches": sorted(promo.candidate.patches),
+         "signature": promo.candidate.signature},
+        "speedup": promo.speedup,
+        "reason": promo.reason,
+        "pairs": pairs_json,
+        "rejected_reruns": rejected,
+        "speed_reproduces": gate,
+        "promotion_margin": float(ctrl.noise.promotion_margin),
+    }
+    return promo, details
+

@@ -1,0 +1,82 @@
+"""Creating campaigns and driving them in-process (the embedded mode behind ``infrarsi init|doctor|run``).
+
+The embedded mode and the daemon share :class:`~controller.campaign.engine.CampaignEngine`; this module only
+decides *which* campaign a command in a target repo means and loops ``tick`` until a target state.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+from controller.campaign.engine import CampaignEngine
+from controller.contract import contract_digest, load_contract, repo_dir
+from controller.errors import InfrarsiError
+from controller.executors.base import Executor
+from controller.settings import Settings
+from controller.store.base import Store
+from controller.store.records import CampaignRecord
+
+STATE_ORDER = ("init", "doctor", "run", "verify", "report", "done")
+
+
+def executor_factory(settings: Settings) -> Callable[[str], Executor]:
+    """Build executors by name from the environment (``INFRARSI_LOCAL_SLOTS``, ``INFRARSI_POLL_S``)."""
+    from controller.executors import make_executor
+
+    def make(name: str) -> Executor:
+        if name == "local":
+            return make_executor("local", max_concurrent=int(os.environ.get("INFRARSI_LOCAL_SLOTS", "1")))
+        if name == "slurm":
+            kw = {"state_dir": settings.home / "slurm"}
+            if os.environ.get("INFRARSI_POLL_S"):
+                kw["steady_interval_s"] = float(os.environ["INFRARSI_POLL_S"])
+            return make_executor("slurm", **kw)
+        raise InfrarsiError(f"executor: unknown backend '{name}' (local or slurm)")
+
+    return make
+
+
+def create_campaign(store: Store, settings: Settings, contract_path: str | Path, executor: str = "local",
+                    workload: str | None = None, seed: int = 0, owner: str | None = None) -> CampaignRecord:
+    """Validate the contract and record a new campaign in state ``init``.  Nothing runs yet."""
+    path = Path(contract_path).resolve()
+    contract = load_contract(path)
+    wl = store.get_workload(workload) if workload else None
+    workdir = settings.scratch / f"{contract.name}-{uuid.uuid4().hex[:8]}"
+    return store.create_campaign(
+        name=contract.name, workload_id=wl.id if wl else None, owner=owner or getpass.getuser(),
+        contract_path=str(path), contract_yaml=path.read_text(), contract_digest=contract_digest(contract),
+        repo_path=str(repo_dir(contract, path)), workdir=str(workdir), executor=executor,
+        partition=(wl.partition if wl else None) or contract.launch.partition,
+        budget_gpu_hours=contract.budget.gpu_hours, budget_trials=contract.budget.trials, seed=seed,
+    )
+
+
+def find_campaign(store: Store, contract_path: str | Path, include_terminal: bool = False) -> CampaignRecord | None:
+    """The newest campaign for this contract file whose contract is unchanged (non-terminal unless asked)."""
+    path = Path(contract_path).resolve()
+    contract = load_contract(path)
+    digest = contract_digest(contract)
+    for c in store.list_campaigns():
+        if c.contract_path == str(path) and c.contract_digest == digest and (include_terminal or not c.terminal):
+            return c
+    return None
+
+
+def drive(engine: CampaignEngine, campaign_id: int, until: str = "done", poll_s: float = 0.5,
+          max_wall_s: float | None = None) -> CampaignRecord:
+    """Tick ``campaign_id`` until it reaches ``until`` (or later) or a terminal state."""
+    target = STATE_ORDER.index(until)
+    start = time.monotonic()
+    while True:
+        c = engine.tick(campaign_id)
+        if c.terminal or (c.state in STATE_ORDER and STATE_ORDER.index(c.state) >= target):
+            return c
+        if max_wall_s is not None and time.monotonic() - start > max_wall_s:
+            return c
+        time.sleep(poll_s)

@@ -1,0 +1,96 @@
+"""Bridge between stored trials and the search library (which never sees the store).
+
+The search controller is rebuilt from immutable snapshots: the contract's knob table becomes a
+:class:`SearchSpace`, the doctor's reference runs become a :class:`NoiseModel`, and every ingested search trial
+is replayed with ``tell`` in ingestion order, so a restarted daemon proposes exactly what the old one would have.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from controller.contract.checks import is_legal
+from controller.contract.model import Contract
+from controller.search.controller import SearchController
+from controller.search.space import Candidate, KnobSpec, Outcome, SearchSpace
+from controller.store.records import ObservationRecord, TrialRecord
+from surrogate.noise import calibrate
+
+
+def search_space(contract: Contract, patches: Sequence[str]) -> SearchSpace:
+    """The searched knobs (derived knobs excluded; legality through the contract's couplings) and patches."""
+    derived = contract.derived_knobs
+    knobs = tuple(
+        KnobSpec(name=k.name, values=tuple(k.values), reference=k.reference, ordered=k.kind == "ordered",
+                 mechanism=k.mechanism)
+        for k in contract.knobs if k.name not in derived
+    )
+    return SearchSpace(knobs=knobs, patches=tuple(sorted(patches)), is_legal=lambda cfg: is_legal(contract, cfg))
+
+
+def free_config(contract: Contract, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` restricted to searched knobs."""
+    derived = contract.derived_knobs
+    return {k: v for k, v in config.items() if k not in derived}
+
+
+def candidate_of(trial: TrialRecord) -> Candidate:
+    """The search candidate a trial ran."""
+    return Candidate.from_dict(trial.config, trial.patches)
+
+
+def outcome_of(trial: TrialRecord, obs: ObservationRecord | None, capacity_gib: float) -> Outcome:
+    """The search's view of an ingested trial."""
+    gpu_hours = 0.0
+    if trial.outcome == "ok" and obs is not None and obs.step_time_s:
+        return Outcome(status="ok", step_time_s=obs.step_time_s, peak_mem_gib=obs.peak_mem_gib, gpu_hours=gpu_hours)
+    if trial.outcome == "oom":
+        shortfall = (obs.oom_shortfall_gib if obs is not None else None) or 0.0
+        return Outcome(status="oom", requested_gib=capacity_gib + shortfall, capacity_gib=capacity_gib,
+                       reason=trial.reason or "")
+    if trial.outcome == "rejected":
+        return Outcome(status="rejected", reason=trial.reason or "",
+                       rejected_layer=obs.first_failed_layer if obs is not None else None)
+    return Outcome(status="crash", reason=trial.reason or trial.outcome or "")
+
+
+@dataclass
+class Doctor:
+    """What the doctor stage measured (stored as the campaign's ``doctor`` JSON)."""
+
+    t0: float
+    sigma_pair: float
+    big_knob_gate: float
+    promotion_margin: float
+    reference_peak_mem_gib: float | None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Doctor":
+        return cls(t0=d["t0"], sigma_pair=d["sigma_pair"], big_knob_gate=d["big_knob_gate"],
+                   promotion_margin=d["promotion_margin"], reference_peak_mem_gib=d.get("reference_peak_mem_gib"))
+
+
+def noise_from_doctor(doctor: dict[str, Any]) -> Any:
+    """Recompute the NoiseModel from the stored per-run window step times (deterministic)."""
+    runs = [np.asarray(r, dtype=float) for r in doctor["reference_window_times"]]
+    return calibrate(runs)
+
+
+def rebuild_controller(contract: Contract, scope: dict[str, Any], doctor: dict[str, Any], seed: int,
+                       trials: Sequence[TrialRecord], observations: dict[int, ObservationRecord],
+                       experience: list[dict] | None = None) -> SearchController:
+    """A SearchController with every ingested search trial told, in ingestion (observation id) order."""
+    space = search_space(contract, list(scope.get("patches", {})))
+    tuning: dict[str, Any] = {}
+    if doctor.get("reference_peak_mem_gib") is not None:
+        tuning["reference_peak_mem_gib"] = float(doctor["reference_peak_mem_gib"])
+    ctrl = SearchController(space, noise_from_doctor(doctor), float(doctor["t0"]), contract.memory_cap_gib,
+                            seed=seed, experience=experience, phase_shares=doctor.get("phase_shares"), **tuning)
+    done = [t for t in trials if t.stage == "search" and t.status == "ingested" and t.outcome != "cancelled"]
+    done.sort(key=lambda t: (observations[t.id].id if t.id in observations else 0, t.seq))
+    for t in done:
+        ctrl.tell(candidate_of(t), outcome_of(t, observations.get(t.id), contract.memory_cap_gib))
+    return ctrl

@@ -1,0 +1,115 @@
+"""Build a trial's source tree and its :class:`TrialSpec` from the contract, the scope lock and a candidate.
+
+Each launch gets its own directory ``<campaign workdir>/trials/<seq>-<key>/`` holding ``src/`` (a git worktree
+of the locked commit with the candidate's patches and config edits applied) and ``out/`` (receipt, log, the
+per-trial key file the wrapper deletes on start, the frozen manifest, and fresh compile caches so nothing leaks
+from one trial into the next).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from controller.campaign.scope import git
+from controller.contract.launch import apply_config_edits, render_launch
+from controller.contract.model import Contract
+from controller.executors.base import TrialSpec
+from verifier.signing import derive_trial_key
+
+CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+def trial_dirs(workdir: Path, seq: int, trial_key: str) -> tuple[Path, Path]:
+    """``(src, out)`` directories of one launch (named by the trial key; ``seq`` is kept for callers)."""
+    base = workdir / "trials" / trial_key[:16]
+    return base / "src", base / "out"
+
+
+def prepare_source(repo: Path, commit: str, src: Path, patches: list[tuple[str, str]],
+                   config_edits: dict[str, dict[str, Any]]) -> None:
+    """Create ``src`` as a detached worktree of ``commit`` and apply ``patches`` then ``config_edits``.
+
+    Idempotent: an existing ``src`` from an interrupted attempt is removed first.  PatchError names the patch
+    that does not apply.
+    """
+    from controller.patches.intake import apply_patches
+
+    if src.exists():
+        remove_source(repo, src)
+    src.parent.mkdir(parents=True, exist_ok=True)
+    git(repo, "worktree", "add", "--detach", "--force", str(src), commit)
+    if patches:
+        apply_patches(src, patches)
+    if config_edits:
+        apply_config_edits(src, config_edits)
+
+
+def remove_source(repo: Path, src: Path) -> None:
+    """Remove a trial worktree (and its registration in ``repo``); never raises for a missing tree."""
+    git(repo, "worktree", "remove", "--force", str(src), check=False)
+    if src.exists():
+        shutil.rmtree(src, ignore_errors=True)
+    git(repo, "worktree", "prune", check=False)
+
+
+def write_key_file(out: Path, master_key: bytes, trial_key: str) -> Path:
+    """Write the derived per-trial key (mode 0600); the exec wrapper reads and deletes it before the job starts."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "trial.key"
+    if path.exists():
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(derive_trial_key(master_key, trial_key).hex())
+    return path
+
+
+def build_spec(contract: Contract, scope: dict[str, Any], config: dict[str, Any], trial_key: str, src: Path,
+               out: Path, master_key: bytes, partition: str | None) -> TrialSpec:
+    """The TrialSpec for one launch (writes the key file and frozen manifest into ``out``)."""
+    plan = render_launch(contract, config)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = out / "frozen.json"
+    manifest.write_text(json.dumps(scope.get("frozen", {}), sort_keys=True))
+    env = dict(plan.env)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    for var in CACHE_VARS:
+        env[var] = str(out / "cache" / var.lower())
+    launch = contract.launch
+    return TrialSpec(
+        trial_id=trial_key,
+        workdir=src,
+        outdir=out,
+        argv=plan.argv,
+        env=tuple(sorted(env.items())),
+        launcher=launch.launcher,
+        nodes=launch.nodes,
+        gpus_per_node=launch.gpus_per_node,
+        partition=partition or launch.partition,
+        account=launch.account,
+        time_limit_s=launch.time_limit_s,
+        mem_gb=launch.mem_gb,
+        cpus_per_task=launch.cpus_per_task,
+        key_file=write_key_file(out, master_key, trial_key),
+        frozen_manifest=manifest,
+        memory_cap_gib=contract.memory_cap_gib,
+    )
+
+
+def judge_spec_dict(contract: Contract, scope: dict[str, Any]) -> dict[str, Any]:
+    """The contract facts the verifier needs, as a JudgeSpec dict (stored in the scope lock for re-judging)."""
+    return {
+        "updates": contract.trial.updates,
+        "window": list(contract.trial.window),
+        "tokens_per_update": contract.workload.tokens_per_update,
+        "seq_len": contract.workload.seq_len,
+        "tau": contract.loss_tolerance,
+        "memory_cap_gib": contract.memory_cap_gib,
+        "precision_menu": list(contract.precision_menu),
+        "frozen_manifest": dict(scope.get("frozen", {})),
+        "static_invariants": sorted(contract.workload.static),
+    }

@@ -1,0 +1,48 @@
+"""``infrarsi bench``: benchmarks.  ``bench search`` compares search strategies on a landscape file."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from controller.errors import InfrarsiError
+
+
+@click.group()
+def bench() -> None:
+    """Benchmarks (search strategies on simulated landscapes)."""
+
+
+@bench.command("search")
+@click.option("--landscape", "landscape_path", required=True, type=click.Path(dir_okay=False),
+              help="Landscape Python file (see bench/README.md).")
+@click.option("--strategy", "strategies", default="infrarsi,random,greedy,optuna-tpe", show_default=True,
+              help="Comma-separated strategies.")
+@click.option("--trials", default=30, show_default=True, type=click.IntRange(1), help="Trial budget per search.")
+@click.option("--repeats", default=20, show_default=True, type=click.IntRange(1), help="Seeded repeats per strategy.")
+@click.option("--q", "q", default=1, show_default=True, type=click.IntRange(1), help="Candidates per batch (free GPU slots).")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the first repeat.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def search_cmd(landscape_path: str, strategies: str, trials: int, repeats: int, q: int, seed: int, as_json: bool) -> None:
+    """Run each strategy REPEATS times on a landscape and report trials-to-90%, final speedup, false promotions."""
+    from controller.search.benchmark import run_benchmark
+    from controller.search.landscape import load_landscape
+    from controller.search.strategies import STRATEGIES
+
+    names = [s.strip() for s in strategies.split(",") if s.strip()]
+    bad = [s for s in names if s not in STRATEGIES]
+    if not names or bad:
+        raise InfrarsiError(f"--strategy: unknown {', '.join(bad) or '(empty)'}; choose from {', '.join(STRATEGIES)}")
+    land = load_landscape(landscape_path)
+    res = run_benchmark(land, names, trials=trials, repeats=repeats, q=q, seed0=seed)
+    if as_json:
+        click.echo(json.dumps(res, sort_keys=False))
+        return
+    click.echo(f"landscape {res['landscape']}: peak {res['peak_speedup']:.4f}x, {trials} trials, {repeats} repeats")
+    click.echo(f"{'strategy':<12} {'trials->90':>10} {'GPUh->90':>9} {'final':>7} {'false':>6} {'ooms':>5} {'crashes':>7}")
+    for name, s in res["strategies"].items():
+        t90 = "-" if s["median_trials_to_90"] is None else f"{s['median_trials_to_90']:g}"
+        h90 = "-" if s["median_gpu_hours_to_90"] is None else f"{s['median_gpu_hours_to_90']:.2f}"
+        click.echo(f"{name:<12} {t90:>10} {h90:>9} {s['median_final_speedup']:>7.4f} {s['false_promotions']:>6} "
+                   f"{s['ooms']:>5} {s['crashes']:>7}")

@@ -1,0 +1,115 @@
+"""``infrarsi campaign list|show|status|watch|cancel``."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from controller.cli.output import emit, emit_obj
+from controller.errors import InfrarsiError
+from controller.store import open_store
+from controller.store.records import CampaignRecord
+
+
+def _get(campaign_id: int) -> tuple[object, CampaignRecord]:
+    store = open_store()
+    try:
+        return store, store.get_campaign(campaign_id)
+    except KeyError as exc:
+        raise InfrarsiError(str(exc.args[0])) from None
+
+
+def _status(store: object, c: CampaignRecord) -> dict:
+    trials = store.list_trials(c.id)  # type: ignore[attr-defined]
+    by: dict[str, int] = {}
+    for t in trials:
+        key = t.outcome or t.status
+        by[key] = by.get(key, 0) + 1
+    spent = sum(r["gpu_hours"] for r in store.cost_by_stage(c.id))  # type: ignore[attr-defined]
+    search = sum(1 for t in trials if t.stage == "search")
+    return {"id": c.id, "name": c.name, "owner": c.owner, "state": c.state, "executor": c.executor,
+            "trials": len(trials), "search_trials": f"{search}/{c.budget_trials}",
+            "gpu_hours": f"{spent:.4f}/{c.budget_gpu_hours:g}", "outcomes": by,
+            "delivered_speedup": c.delivered_speedup, "error": c.error, "workdir": c.workdir}
+
+
+@click.group()
+def campaign() -> None:
+    """Inspect, watch and cancel tuning campaigns."""
+
+
+@campaign.command("list")
+@click.option("--state", "states", multiple=True, help="Only campaigns in this state (repeatable).")
+@click.option("--json", "as_json", is_flag=True)
+def list_cmd(states: tuple[str, ...], as_json: bool) -> None:
+    """List campaigns, newest first."""
+    rows = [{"id": c.id, "name": c.name, "owner": c.owner, "state": c.state, "executor": c.executor,
+             "speedup": c.delivered_speedup, "created": c.created_at}
+            for c in open_store().list_campaigns(list(states) or None)]
+    emit(rows, "json" if as_json else "table")
+
+
+@campaign.command("show")
+@click.argument("campaign_id", type=int)
+@click.option("--json", "as_json", is_flag=True)
+def show(campaign_id: int, as_json: bool) -> None:
+    """Show a campaign with its trials."""
+    store, c = _get(campaign_id)
+    emit_obj(_status(store, c), as_json)
+    if not as_json:
+        obs = store.observations(c.id)  # type: ignore[attr-defined]
+        rows = [{"seq": t.seq, "stage": t.stage, "status": t.status, "outcome": t.outcome, "job": t.job_id,
+                 "ms": (obs[t.id].step_time_s * 1000) if t.id in obs and obs[t.id].step_time_s else None,
+                 "knobs": ",".join(f"{k}={v}" for k, v in sorted(t.config.items())),
+                 "patches": "+".join(t.patches), "reason": (t.reason or "")[:60]}
+                for t in store.list_trials(c.id)]  # type: ignore[attr-defined]
+        click.echo("")
+        emit(rows)
+
+
+@campaign.command("status")
+@click.argument("campaign_id", type=int)
+@click.option("--json", "as_json", is_flag=True)
+def status(campaign_id: int, as_json: bool) -> None:
+    """One-screen status of a campaign."""
+    store, c = _get(campaign_id)
+    emit_obj(_status(store, c), as_json)
+
+
+@campaign.command("watch")
+@click.argument("campaign_id", type=int)
+@click.option("--interval", type=float, default=2.0, show_default=True)
+@click.option("--timeout", type=float, default=None, help="Stop watching after this many seconds.")
+def watch(campaign_id: int, interval: float, timeout: float | None) -> None:
+    """Print a campaign's events as they happen until it ends."""
+    store, c = _get(campaign_id)
+    seen = 0
+    start = time.monotonic()
+    while True:
+        for e in store.events(campaign_id, limit=10_000)[seen:]:  # type: ignore[attr-defined]
+            seen += 1
+            p = e["payload"] or {}
+            detail = " ".join(f"{k}={v}" for k, v in p.items() if k in ("outcome", "reason", "to", "stage", "job_id"))
+            click.echo(f"{e['at']:%H:%M:%S} {e['kind']:<18} {detail}")
+        c = store.get_campaign(campaign_id)  # type: ignore[attr-defined]
+        if c.terminal or (timeout is not None and time.monotonic() - start > timeout):
+            s = _status(store, c)
+            click.echo(f"campaign {c.id}: {c.state}; trials {s['trials']}; speedup {c.delivered_speedup}")
+            return
+        time.sleep(interval)
+
+
+@campaign.command("cancel")
+@click.argument("campaign_id", type=int)
+def cancel(campaign_id: int) -> None:
+    """Cancel a campaign and its running jobs (Slurm jobs included); recorded trials are kept."""
+    from controller.campaign.engine import CampaignEngine
+    from controller.campaign.runner import executor_factory
+    from controller.settings import Settings
+
+    store, c = _get(campaign_id)
+    settings = Settings.from_env()
+    engine = CampaignEngine(store, settings, executor_factory(settings))  # type: ignore[arg-type]
+    after = engine.cancel(campaign_id)
+    click.echo(f"campaign {after.id}: {after.state}")

@@ -1,0 +1,63 @@
+"""``infrarsi submit`` (sbatch-like: record a campaign and return) and ``infrarsi serve`` (the daemon)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from controller.campaign.engine import CampaignEngine
+from controller.campaign.runner import create_campaign, executor_factory
+from controller.settings import Settings
+from controller.store import open_store
+
+
+@click.command("submit")
+@click.argument("contract", type=click.Path(exists=True, dir_okay=False))
+@click.option("--executor", type=click.Choice(["slurm", "local"]), default="slurm", show_default=True)
+@click.option("--workload", help="Registered workload this campaign runs under (its limits apply).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--parsable", is_flag=True, help="Print only the campaign id (like sbatch --parsable).")
+def submit_cmd(contract: str, executor: str, workload: str | None, seed: int, parsable: bool) -> None:
+    """Validate CONTRACT and queue a campaign for the daemon; prints the campaign id and returns."""
+    store = open_store()
+    c = create_campaign(store, Settings.from_env(), contract, executor=executor, workload=workload, seed=seed)
+    click.echo(str(c.id) if parsable else f"Submitted campaign {c.id} ({c.name}, executor {executor})")
+
+
+@click.command("serve")
+@click.option("--interval", type=float, default=5.0, show_default=True, help="Seconds between cycles.")
+@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
+@click.option("--once", is_flag=True, help="Run one cycle and exit.")
+@click.option("--exit-when-idle", is_flag=True, help="Exit once no campaign is open (tests, batch use).")
+@click.option("--log-level", default="INFO", show_default=True)
+def serve_cmd(interval: float, metrics_port: int | None, once: bool, exit_when_idle: bool, log_level: str) -> None:
+    """Run the controller daemon: advance every open campaign, one acting daemon per database."""
+    from controller.daemon import Daemon, JsonFormatter, Metrics, serve_metrics
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger("infrarsi")
+    root.handlers[:] = [handler]
+    root.setLevel(log_level.upper())
+    settings = Settings.from_env()
+    store = open_store()
+    engine = CampaignEngine(store, settings, executor_factory(settings),
+                            progress=lambda m: logging.getLogger("infrarsi.engine").info(m),
+                            partition_limits=_partition_limits())
+    metrics = Metrics()
+    if metrics_port is not None:
+        serve_metrics(metrics, metrics_port)
+    Daemon(store, engine, interval_s=interval, metrics=metrics).run(once=once, exit_when_idle=exit_when_idle)
+
+
+def _partition_limits() -> dict[str, int]:
+    """``INFRARSI_PARTITION_LIMITS="gpu=64,debug=4"`` -> {"gpu": 64, "debug": 4}."""
+    import os
+
+    out = {}
+    for part in filter(None, os.environ.get("INFRARSI_PARTITION_LIMITS", "").split(",")):
+        name, _, n = part.partition("=")
+        out[name.strip()] = int(n)
+    return out

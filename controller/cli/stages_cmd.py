@@ -1,0 +1,135 @@
+"""The stage verbs run from a target repo: ``infrarsi init|doctor|run|report|apply``.
+
+Without a server configured they drive the campaign in-process (SQLite under ``INFRARSI_HOME``, the local
+executor); run again, they resume the same campaign where it stopped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from controller.campaign.artifacts import report_dir, write_artifacts
+from controller.campaign.engine import CampaignEngine
+from controller.campaign.runner import create_campaign, drive, executor_factory, find_campaign
+from controller.errors import InfrarsiError
+from controller.settings import Settings
+from controller.store import open_store
+from controller.store.records import CampaignRecord
+
+contract_arg = click.argument("contract", default="infrarsi.yaml", type=click.Path(dir_okay=False))
+campaign_opt = click.option("--campaign", "campaign_id", type=int, help="Campaign id (default: this contract's newest).")
+
+
+def _engine(quiet: bool = False) -> CampaignEngine:
+    settings = Settings.from_env()
+    store = open_store()
+    echo = (lambda m: None) if quiet else (lambda m: click.echo(m, err=True))
+    return CampaignEngine(store, settings, executor_factory(settings), progress=echo)
+
+
+def _campaign(engine: CampaignEngine, contract: str, campaign_id: int | None, executor: str = "local",
+              create: bool = True, new: bool = False, seed: int = 0) -> CampaignRecord:
+    if campaign_id is not None:
+        try:
+            return engine.store.get_campaign(campaign_id)
+        except KeyError as exc:
+            raise InfrarsiError(str(exc.args[0])) from None
+    found = None if new else find_campaign(engine.store, contract, include_terminal=not create)
+    if found is not None:
+        click.echo(f"resuming campaign {found.id} ({found.state})", err=True)
+        return found
+    if not create:
+        raise InfrarsiError(f"no campaign for {contract}: run 'infrarsi run {contract}' first")
+    c = create_campaign(engine.store, engine.settings, contract, executor=executor, seed=seed)
+    click.echo(f"campaign {c.id} created for {c.name} (workdir {c.workdir})", err=True)
+    return c
+
+
+def _finish(c: CampaignRecord) -> None:
+    if c.state == "failed":
+        raise InfrarsiError(f"campaign {c.id} failed: {c.error}")
+    if c.state == "cancelled":
+        raise InfrarsiError(f"campaign {c.id} was cancelled: {c.error}")
+
+
+@click.command("init")
+@contract_arg
+@click.option("--new", is_flag=True, help="Start a new campaign even if one exists for this contract.")
+def init_cmd(contract: str, new: bool) -> None:
+    """Lock the scope: frozen-file digests, editable files, contract digest, patch intake."""
+    engine = _engine()
+    c = drive(engine, _campaign(engine, contract, None, new=new).id, until="doctor")
+    _finish(c)
+    scope = c.scope or {}
+    click.echo(f"campaign {c.id}: scope locked at {str(scope.get('commit'))[:10]} "
+               f"({len(scope.get('frozen', {}))} frozen, {len(scope.get('editable', []))} editable, "
+               f"{len(scope.get('patches', {}))} patches, {len(scope.get('refused_patches', {}))} refused)")
+
+
+@click.command("doctor")
+@contract_arg
+@campaign_opt
+def doctor_cmd(contract: str, campaign_id: int | None) -> None:
+    """Run the reference repeats: noise sigma_pair, promotion margin and the phase breakdown."""
+    engine = _engine()
+    c = drive(engine, _campaign(engine, contract, campaign_id).id, until="run")
+    _finish(c)
+    d = c.doctor or {}
+    click.echo(f"campaign {c.id}: reference {d['t0'] * 1000:.2f} ms/update, sigma_pair {d['sigma_pair']:.4f}, "
+               f"promotion margin {d['promotion_margin'] * 100:.2f}%")
+    total = sum(d.get("phases", {}).values()) or 1.0
+    for k, v in sorted(d.get("phases", {}).items(), key=lambda kv: -kv[1]):
+        click.echo(f"  {k:<10} {v * 1000:8.2f} ms  {v / total * 100:5.1f}%")
+
+
+@click.command("run")
+@contract_arg
+@campaign_opt
+@click.option("--executor", type=click.Choice(["local", "slurm"]), default="local", show_default=True)
+@click.option("--new", is_flag=True, help="Start a new campaign even if one exists for this contract.")
+@click.option("--seed", type=int, default=0, show_default=True)
+def run_cmd(contract: str, campaign_id: int | None, executor: str, new: bool, seed: int) -> None:
+    """Run the whole campaign in-process (init, doctor, search, back-to-back verification, report)."""
+    engine = _engine()
+    c = drive(engine, _campaign(engine, contract, campaign_id, executor=executor, new=new, seed=seed).id)
+    _finish(c)
+    rd = report_dir(c)
+    click.echo(f"campaign {c.id} done: delivered speedup {c.delivered_speedup:.3f}x "
+               f"({(c.result or {}).get('promotion', {}).get('reason', '')})")
+    click.echo(f"report: {rd / 'REPORT.md'}")
+
+
+@click.command("report")
+@contract_arg
+@campaign_opt
+@click.option("--regenerate", is_flag=True, help="Re-render the artifacts from the store first.")
+@click.option("--path", "path_only", is_flag=True, help="Print only the report's path.")
+def report_cmd(contract: str, campaign_id: int | None, regenerate: bool, path_only: bool) -> None:
+    """Print REPORT.md of the campaign (result.json, pack.yaml and progress.png lie beside it)."""
+    engine = _engine()
+    c = _campaign(engine, contract, campaign_id, create=False)
+    rd = report_dir(c)
+    if regenerate or not (rd / "REPORT.md").exists():
+        if not c.result or "promotion" not in c.result:
+            raise InfrarsiError(f"campaign {c.id} is in state {c.state}: nothing to report yet")
+        write_artifacts(engine, c)
+    click.echo(str(rd / "REPORT.md") if path_only else (rd / "REPORT.md").read_text())
+
+
+@click.command("apply")
+@contract_arg
+@campaign_opt
+@click.option("--branch", help="Create this git branch and commit the change there.")
+def apply_cmd(contract: str, campaign_id: int | None, branch: str | None) -> None:
+    """Write the promoted launch configuration and source diffs into the target repo."""
+    from controller.campaign.apply import apply_result, load_result
+
+    engine = _engine()
+    c = _campaign(engine, contract, campaign_id, create=False)
+    rd = report_dir(c)
+    result = load_result(rd)
+    out = apply_result(Path(c.repo_path), c.scope or {}, result, (rd / "pack.yaml").read_text(), branch)
+    where = f"on branch {branch}" if branch else "in the working tree"
+    click.echo(f"applied campaign {c.id} ({out['speedup']:.3f}x) {where}: {', '.join(out['files'])}")
