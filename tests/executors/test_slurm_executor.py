@@ -1,0 +1,206 @@
+"""SlurmExecutor on the real single-node Slurm (marker ``slurm``), plus the
+requeue / reused-id logic against a scripted runner (no Slurm needed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import pytest
+
+from controller.executors.base import JobHandle, JobStatus, TrialSpec
+from controller.executors.slurm import SlurmExecutor
+
+PY = sys.executable
+Waiter = Callable[..., dict[str, JobStatus]]
+INJECT = ("$(touch pwned)", '"; scancel -u $USER')
+
+
+def _ex(tmp: Path, standin: list[str], **kw: Any) -> SlurmExecutor:
+    opts: dict[str, Any] = dict(wrapper=standin, backoff=(0.2,), steady_interval_s=0.3, receipt_grace_s=1.0,
+                                state_dir=tmp / "state")
+    opts.update(kw)
+    return SlurmExecutor(**opts)
+
+
+def _spec(tmp: Path, tid: str, argv: Sequence[str], **kw: Any) -> TrialSpec:
+    return TrialSpec(trial_id=tid, workdir=tmp, outdir=tmp / tid, argv=tuple(argv), time_limit_s=120, **kw)
+
+
+@pytest.mark.slurm
+def test_submit_poll_cancel(slurm_cluster: str, slurm_tmp: Path, standin: list[str], wait_all: Waiter) -> None:
+    ex = _ex(slurm_tmp, standin)
+    key = slurm_tmp / "k.key"
+    key.write_bytes(b"k" * 32)
+    ok = ex.submit(_spec(slurm_tmp, "ok", [PY, "-c", "print('hello from slurm')"], key_file=key))
+    slow = ex.submit(_spec(slurm_tmp, "slow", [PY, "-c", "import time; time.sleep(120)"]))
+    assert ok.backend == "slurm" and ok.job_id.isdigit() and abs(ok.submit_time - time.time()) < 30
+    deadline = time.monotonic() + 60
+    while ex.poll([slow])["slow"].state != "running":
+        assert time.monotonic() < deadline, "slow trial never started"
+        time.sleep(0.3)
+    ex.cancel(slow)
+    st = wait_all(ex, [ok, slow], timeout=60)
+    assert (st["ok"].outcome, st["ok"].exit_code) == ("ok", 0), st["ok"].reason
+    assert "hello from slurm" in (slurm_tmp / "ok" / "job.log").read_text()
+    assert not key.exists(), "the wrapper deleted the key file"
+    assert st["slow"].outcome == "cancelled", st["slow"].reason
+    assert st["ok"].start_time and st["ok"].end_time and st["ok"].end_time >= st["ok"].start_time
+    out = subprocess.run(["squeue", "-h", "-j", slow.job_id, "-o", "%T"], capture_output=True, text=True)
+    assert "RUNNING" not in out.stdout
+
+
+@pytest.mark.slurm
+def test_mem_overrun_is_oom(slurm_cluster: str, slurm_tmp: Path, standin: list[str], wait_all: Waiter) -> None:
+    ex = _ex(slurm_tmp, standin)
+    h = ex.submit(_spec(slurm_tmp, "hog", [PY, "-c", "a = bytearray(700 * 2**20); import time; time.sleep(20)"],
+                        mem_gb=0.15))
+    st = wait_all(ex, [h], timeout=60)["hog"]
+    assert st.outcome == "oom", st.reason
+    assert "memory" in st.reason
+
+
+@pytest.mark.slurm
+def test_batch_polled_with_one_squeue_per_cycle(slurm_cluster: str, slurm_tmp: Path, standin: list[str],
+                                                counting_runner: Any, wait_all: Waiter) -> None:
+    ex = _ex(slurm_tmp, standin, runner=counting_runner, backoff=(1.0,), steady_interval_s=0.5)
+    hs = [ex.submit(_spec(slurm_tmp, f"b{i}", [PY, "-c", f"import time; time.sleep(0.5); print({i})"]))
+          for i in range(3)]
+    # within the backoff window after a submit, repeated polls do not hit Slurm
+    ex.poll(hs)
+    before = counting_runner.count("squeue")
+    ex.poll(hs)
+    ex.poll(hs)
+    assert counting_runner.count("squeue") == before
+    polls = 0
+
+    def count(_: dict[str, JobStatus]) -> None:
+        nonlocal polls
+        polls += 1
+
+    st = wait_all(ex, hs, timeout=90, on_poll=count, interval=0.2)
+    assert all(s.outcome == "ok" for s in st.values()), {k: v.reason for k, v in st.items()}
+    squeues = [a for a in counting_runner.argvs if a[0] == "squeue"]
+    assert 1 <= len(squeues) <= polls + 3
+    first_ids = next(a for a in squeues if a[1].startswith("--jobs="))[1].split("=", 1)[1].split(",")
+    assert sorted(first_ids) == sorted(h.job_id for h in hs), "one query carries every live job"
+    assert counting_runner.count("sacct") <= 3  # only for jobs that left the queue, batched
+    assert counting_runner.count("scontrol") == 0
+
+
+@pytest.mark.slurm
+def test_receipt_never_appears_is_crash(slurm_cluster: str, slurm_tmp: Path, standin: list[str],
+                                        wait_all: Waiter) -> None:
+    ex = _ex(slurm_tmp, standin)
+    h = ex.submit(_spec(slurm_tmp, "norec", [PY, "-c", "print('ran')"], env=(("STANDIN_NO_RECEIPT", "1"),)))
+    st = wait_all(ex, [h], timeout=60)["norec"]
+    assert st.outcome == "crash"
+    assert "no receipt" in st.reason and st.receipt_path is None
+
+
+@pytest.mark.slurm
+def test_injection_values_arrive_verbatim(slurm_cluster: str, slurm_tmp: Path, standin: list[str], dump_job: Path,
+                                          wait_all: Waiter) -> None:
+    ex = _ex(slurm_tmp, standin)
+    dump = slurm_tmp / "dump.json"
+    h = ex.submit(_spec(slurm_tmp, "inj", [PY, str(dump_job), str(dump), *INJECT],
+                        env=(("KNOB_CMD", INJECT[0]), ("KNOB_QUOTE", INJECT[1]))))
+    st = wait_all(ex, [h], timeout=60)["inj"]
+    assert st.outcome == "ok", st.reason
+    data = json.loads(dump.read_text())
+    assert data["argv"] == list(INJECT)
+    assert data["env"] == {"KNOB_CMD": INJECT[0], "KNOB_QUOTE": INJECT[1], "INFRARSI_TRIAL_ID": "inj"}
+    assert not list(slurm_tmp.rglob("pwned")) and not Path("pwned").exists()
+    assert "$(touch pwned)" in (slurm_tmp / "inj" / "job.sbatch").read_text()
+
+
+@pytest.mark.slurm
+def test_gpu_gres_and_adoption(slurm_cluster: str, slurm_tmp: Path, standin: list[str], dump_job: Path,
+                               wait_all: Waiter) -> None:
+    ex1 = _ex(slurm_tmp, standin)
+    dump = slurm_tmp / "gpu.json"
+    h = ex1.submit(_spec(slurm_tmp, "gpu", [PY, "-c", "import runpy, sys, time; time.sleep(1); "
+                                                      f"sys.argv = ['d', {str(dump)!r}]; "
+                                                      f"runpy.run_path({str(dump_job)!r}, run_name='__main__')"],
+                         gpus_per_node=1, partition="gpu"))
+    stored = json.loads(json.dumps(h.to_dict()))
+    ex2 = _ex(slurm_tmp, standin)  # a restarted daemon adopts the handle
+    st = wait_all(ex2, [JobHandle.from_dict(stored)], timeout=60)["gpu"]
+    assert st.outcome == "ok" and st.gpus == 1, st.reason
+    assert json.loads(dump.read_text())["cuda_visible_devices"] in ("0", "1")
+
+
+@pytest.mark.slurm
+def test_pending_past_deadline_is_cancelled(slurm_cluster: str, slurm_tmp: Path, standin: list[str],
+                                            wait_all: Waiter) -> None:
+    ex = _ex(slurm_tmp, standin, extra_sbatch=["--begin=now+600"])
+    h = ex.submit(_spec(slurm_tmp, "late", [PY, "-c", "print('never')"], pending_deadline_s=1.0))
+    assert ex.poll([h])["late"].state in ("pending", "finished")
+    time.sleep(1.2)
+    st = wait_all(ex, [h], timeout=30)["late"]
+    assert st.outcome == "cancelled" and "deadline" in st.reason
+    time.sleep(0.5)
+    out = subprocess.run(["squeue", "-h", "--states=all", "-j", h.job_id, "-o", "%T"], capture_output=True, text=True)
+    assert out.stdout.strip() in ("CANCELLED", "")
+
+
+# ---------------------------------------------------------------- scripted runner (no Slurm)
+class ScriptedSlurm:
+    """Answers sbatch/squeue/sacct/scontrol like Slurm would, from a mutable table."""
+
+    def __init__(self) -> None:
+        self.state = "RUNNING"
+        self.submit = time.strftime("%Y-%m-%dT%H:%M:%S")
+        self.argvs: list[list[str]] = []
+
+    def __call__(self, argv: Sequence[str]) -> "subprocess.CompletedProcess[str]":
+        argv = list(argv)
+        self.argvs.append(argv)
+        out, rc, err = "", 0, ""
+        if argv[0] == "sbatch":
+            out = "77\n"
+        elif argv[0] == "squeue":
+            out = f"77|{self.state}|{self.submit}|{self.submit}|Unknown|None\n" if self.state else ""
+        elif argv[0] == "sacct":
+            out = ""
+        elif argv[:2] == ["scontrol", "requeue"]:
+            self.state = "PENDING"
+        return subprocess.CompletedProcess(argv, rc, out, err)
+
+
+def test_node_fail_is_requeued_with_the_key_restored(tmp_path: Path, standin: list[str]) -> None:
+    fake = ScriptedSlurm()
+    ex = _ex(tmp_path, standin, runner=fake, backoff=(), steady_interval_s=0.0, max_requeues=1)
+    key = tmp_path / "trial.key"
+    key.write_bytes(b"per-trial-key")
+    h = ex.submit(_spec(tmp_path, "nf", [PY, "-c", "pass"], key_file=key))
+    assert ex.poll([h])["nf"].state == "running"
+    key.unlink()  # the wrapper deleted it when the job started
+    (tmp_path / "nf" / "receipt.json").write_text(json.dumps({"wrapper": {"exit_code": None, "signal": 9}}))
+    fake.state = "NODE_FAIL"
+    st = ex.poll([h])["nf"]
+    assert st.state == "pending" and "requeued after NODE_FAIL" in st.reason
+    assert ["scontrol", "requeue", "77"] in fake.argvs
+    assert key.read_bytes() == b"per-trial-key"
+    assert (tmp_path / "nf" / "receipt.attempt0.json").exists() and not (tmp_path / "nf" / "receipt.json").exists()
+    fake.state = "PREEMPTED"
+    st = ex.poll([h])["nf"]
+    assert (st.state, st.outcome) == ("finished", "crash") and "gave up" in st.reason
+    assert not list((tmp_path / "state" / "keys").iterdir()), "the key copy is removed when the trial ends"
+
+
+def test_reused_job_id_is_not_mistaken_for_ours(tmp_path: Path, standin: list[str]) -> None:
+    fake = ScriptedSlurm()
+    ex = _ex(tmp_path, standin, runner=fake, backoff=(), steady_interval_s=0.0)
+    h = ex.submit(_spec(tmp_path, "old", [PY, "-c", "pass"]))
+    fake.submit = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 3600))  # someone else's job 77
+    st = ex.poll([h])["old"]
+    assert st.state == "lost" and "unknown to squeue" in st.reason
+    # a receipt of ours settles it from the receipt
+    (tmp_path / "old" / "receipt.json").write_text(json.dumps({"wrapper": {"exit_code": 0, "signal": None}}))
+    ex2 = _ex(tmp_path, standin, runner=fake, backoff=(), steady_interval_s=0.0)
+    assert ex2.poll([h])["old"].outcome == "ok"
