@@ -41,6 +41,7 @@ from scipy import linalg
 from scipy.special import log_ndtr, ndtr
 
 from surrogate._blas import single_threaded
+from surrogate._linalg import chol_lower
 from surrogate._validate import as_matrix, broadcast_param
 from surrogate.errors import SurrogateError
 
@@ -283,7 +284,7 @@ class TobitMemoryModel:
             return f, mu_c
 
         # Start: the exact-rows-only posterior mode (closed form), or the warm start.
-        theta = linalg.cho_solve((linalg.cholesky(He, lower=True), True), be)
+        theta = linalg.cho_solve((chol_lower(He), True), be)
         f, mu_c = objective(theta)
         if warm is not None:
             fw, mu_w = objective(warm)
@@ -300,7 +301,7 @@ class TobitMemoryModel:
                 _, g, h = _censored_terms(mu_c, yc, is_oom, C, self.sigma_obs)
                 grad += Zc.T @ g
                 H += (Zc.T * (-h)) @ Zc
-            L = linalg.cholesky(H, lower=True, check_finite=False)
+            L = chol_lower(H)
             step = linalg.cho_solve((L, True), grad, check_finite=False)
             decrement = float(grad @ step)
             if decrement <= self.tol * max(1.0, abs(f)) or decrement <= 1e-14:
@@ -323,7 +324,7 @@ class TobitMemoryModel:
             if mu_c.size:
                 _, g, h = _censored_terms(mu_c, yc, is_oom, C, self.sigma_obs)
                 H += (Zc.T * (-h)) @ Zc
-            L = linalg.cholesky(H, lower=True, check_finite=False)
+            L = chol_lower(H)
         self._theta = theta
         self._L = L
         self.n_iter_ = it
