@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The README's test command: install everything, start what is not running, run the whole test suite.
+#   bash deploy/test.sh [pytest args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m pip install -q --disable-pip-version-check -e '.[dev,train]' 2>&1 | grep -v -i "warning" || true
+python3 -c "import controller, verifier, surrogate, torch" || { echo "test.sh: install failed" >&2; exit 1; }
+bash deploy/slurm-up.sh
+bash deploy/pg-up.sh
+exec python3 -m pytest -q -p no:cacheprovider "$@"
