@@ -1,0 +1,108 @@
+"""The search benchmark: every strategy, R seeded repeats, one landscape.
+
+Per repeat (seed s): the same noisy world for every strategy (evaluation rng
+seeded from s); a doctor stage of ``DOCTOR_RUNS`` reference runs calibrates
+the noise model and the reference step time; then :func:`run_search` with the
+strategy; then scoring against the noise-free truth.
+
+Scoring:
+* trials-to-90: the first trial after which the strategy's best verified
+  candidate (``best()``) has a noise-free log-speedup >= 0.9 * ln(peak);
+  None if never.  GPU hours to 90 include the doctor runs.
+* final speedup: the promoted candidate's noise-free speedup (1.0 when the
+  reference is kept; 1.0 too when the promoted candidate is numerically
+  rejected, which also counts as a false promotion).
+* false promotion: a promoted candidate truly slower than the reference or
+  numerically rejected.
+* ooms / crashes: totals over all repeats (rejections count as crashes).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from controller.search.landscape import Landscape
+from controller.search.runner import run_search
+from controller.search.strategies import STRATEGIES, make_strategy
+from surrogate.noise import calibrate
+
+DOCTOR_RUNS = 3
+
+
+@dataclass
+class RepeatScore:
+    trials_to_90: int | None
+    gpu_hours_to_90: float | None
+    final_speedup: float
+    false_promotion: bool
+    ooms: int
+    crashes: int
+
+
+def run_repeat(land: Landscape, strategy: str, seed: int, trials: int, peak: float, q: int = 1) -> RepeatScore:
+    """One seeded search of one strategy on one landscape, scored against the truth."""
+    rng = np.random.default_rng([seed, 20261129])
+    evaluate = land.evaluator(rng)
+    ref = land.space.reference()
+    runs, mems, hours = [], [], 0.0
+    for _ in range(DOCTOR_RUNS):
+        res = land.raw(ref, rng)
+        steps = res.get("step_times") or [float(res["step_time_s"])] * 8
+        runs.append(np.asarray(steps, dtype=float))
+        if res.get("peak_mem_gib") is not None:
+            mems.append(float(res["peak_mem_gib"]))
+        hours += land.to_outcome(res).gpu_hours
+    noise = calibrate(runs)
+    t0 = float(np.exp(np.mean([np.mean(np.log(r)) for r in runs])))
+    kwargs: dict[str, Any] = {}
+    if strategy == "infrarsi":
+        kwargs["reference_peak_mem_gib"] = float(np.mean(mems)) if mems else None
+        if hasattr(land.module, "PATCH_PRIORS"):
+            kwargs["patch_priors"] = dict(land.module.PATCH_PRIORS)
+    strat = make_strategy(strategy, land.space, noise, t0, land.capacity_gib, seed=seed, **kwargs)
+    result = run_search(land.space, evaluate, trials, q, strategy=strat)
+    target = 0.9 * math.log(peak) if peak > 1.0 else 0.0
+    t90 = h90 = None
+    cum = hours
+    for i, ((_, o), best) in enumerate(zip(result.trials, result.best_after)):
+        cum += o.gpu_hours
+        sp = land.true_speedup(best) if best is not None else None
+        if sp is not None and math.log(sp) >= target and (peak > 1.0 or best is not None):
+            t90, h90 = i + 1, cum
+            break
+    promoted = result.promotion.candidate
+    final = land.true_speedup(promoted)
+    false = promoted is not None and (final is None or final < 1.0)
+    return RepeatScore(t90, h90, 1.0 if final is None else final, false,
+                       sum(o.status == "oom" for _, o in result.trials),
+                       sum(o.status in ("crash", "rejected") for _, o in result.trials))
+
+
+def _median_or_none(xs: Sequence[float | None]) -> float | None:
+    vals = sorted(math.inf if x is None else float(x) for x in xs)
+    m = statistics.median(vals) if vals else math.inf
+    return None if math.isinf(m) else m
+
+
+def run_benchmark(land: Landscape, strategies: Sequence[str] = STRATEGIES, trials: int = 30, repeats: int = 20,
+                  q: int = 1, seed0: int = 0) -> dict:
+    """The benchmark's JSON object (see ``bench/README.md``)."""
+    peak = land.peak_speedup()
+    out: dict[str, Any] = {"landscape": land.name, "peak_speedup": peak, "trials": trials, "repeats": repeats,
+                           "strategies": {}}
+    for name in strategies:
+        scores = [run_repeat(land, name, seed0 + r, trials, peak, q) for r in range(repeats)]
+        out["strategies"][name] = {
+            "median_trials_to_90": _median_or_none([s.trials_to_90 for s in scores]),
+            "median_gpu_hours_to_90": _median_or_none([s.gpu_hours_to_90 for s in scores]),
+            "median_final_speedup": statistics.median(s.final_speedup for s in scores),
+            "false_promotions": sum(s.false_promotion for s in scores),
+            "ooms": sum(s.ooms for s in scores),
+            "crashes": sum(s.crashes for s in scores),
+        }
+    return out

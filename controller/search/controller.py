@@ -1,0 +1,337 @@
+"""The run-stage search controller (paper section 4) over an abstract evaluate callback.
+
+``SearchController`` proposes candidates (``ask``), absorbs outcomes (``tell``),
+and decides promotion.  It never touches a database or an executor.
+
+Determinism: ``ask`` is a pure function of the constructor arguments, the
+sequence of ``tell`` calls, and the outstanding candidates (asked but not yet
+told, plus ``pending``).  All state mutates in ``tell``; randomness is seeded
+from ``(seed, number of tells, number outstanding)``.  A controller rebuilt by
+replaying every recorded tell proposes the same next candidates when given the
+still-running candidates as ``pending``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from controller.search import proposals
+from controller.search.failures import FailureLedger
+from controller.search.features import FeatureMap
+from controller.search.models import MemoryModel, TimeModel, log_speedup, memory_rows
+from controller.search.promotion import decide_promotion
+from controller.search.space import (PATCH, Candidate, KnobSpec, Outcome, Promotion, SearchSpace, Setting,
+                                     settings_key)
+
+DEFAULT_TUNING: dict[str, Any] = {
+    "default_prior_sd": 0.10,    # prior SD of a knob setting with no stated prior
+    "sigma_min": 0.02,           # floor of every prior SD
+    "patch_prior_sd": 0.02,      # prior SD of a patch's log-gain
+    "patch_kappa": 0.5,          # shrinkage of stated patch priors
+    "pair_prior_sd": 0.15,       # prior SD of an enabling-pair coefficient
+    "model_noise_floor": 0.01,   # floor on the per-trial log noise SD used by the time model
+    "beta": 1.0,                 # UCB exploration weight
+    "fail_penalty": 0.05,        # acquisition value of a predicted failure (log units below 0)
+    "min_p_feasible": 0.35,      # skip candidates less likely than this to fit in memory
+    "stall_trials": 2,           # non-improving trials before escape mode
+    "restart_every": 3,          # in escape mode, warm-restart every this many stalls
+    "tabu_tenure": 4,            # tells for which a failed big-knob move stays tabu
+    "trust_radius": 2,           # knobs that may change in normal mode
+    "pool_limit": 20000,         # enumerate the whole space up to this many configurations
+    "pool_sample": 4000,         # otherwise sample this many per ask
+    "exclude_after": 3,          # distinct saver sets an OOM spender may fail with
+    "reference_peak_mem_gib": None,
+    "known_conflicts": (),       # tuples of (knob, value) settings known to conflict
+    "patch_priors": None,        # {patch: predicted log-gain} (shrunk by patch_kappa)
+}
+
+
+class SearchController:
+    """Budgeted compositional search over knob bundles and patches (see module docstring)."""
+
+    def __init__(self, space: SearchSpace, noise: Any, reference_step_time_s: float, capacity_gib: float,
+                 seed: int = 0, experience: list[dict] | None = None, phase_shares: dict | None = None,
+                 **tuning: Any):
+        unknown = set(tuning) - set(DEFAULT_TUNING)
+        if unknown:
+            raise ValueError(f"unknown tuning keys: {sorted(unknown)}")
+        if not reference_step_time_s > 0:
+            raise ValueError("reference_step_time_s must be > 0")
+        self.space = space
+        self.noise = noise
+        self.t0 = float(reference_step_time_s)
+        self.capacity = float(capacity_gib)
+        self.seed = int(seed)
+        self.experience = list(experience or [])
+        self.phase_shares = dict(phase_shares or {})
+        self.tune = {**DEFAULT_TUNING, **tuning}
+        self.gate = float(noise.big_knob_gate)
+        self.sigma = float(noise.sigma_pair)
+        self.reference = space.reference()
+        self.fmap = FeatureMap(space)
+        known = [tuple(tuple(s) for s in t) for t in self.tune["known_conflicts"]]
+        known += [tuple(tuple(s) for s in r["conflict"]) for r in self.experience if "conflict" in r]
+        self.ledger = FailureLedger(exclude_after=int(self.tune["exclude_after"]), known_conflicts=known)
+        self.prior_mu, self.prior_sd = self._knob_priors()
+        self.ledger.risk = lambda st: float(self.prior_mu[self.fmap.index[st]]) if st in self.fmap.index else 0.0
+        nv = max(self.sigma, float(self.tune["model_noise_floor"])) ** 2
+        self.time = TimeModel(self.fmap, self.prior_mu, self.prior_sd, nv, float(self.tune["pair_prior_sd"]),
+                              float(self.tune["sigma_min"]))
+        self.mem = MemoryModel(space, self.fmap, self.capacity, self.tune["reference_peak_mem_gib"])
+        self.history: list[tuple[Candidate, Outcome]] = []
+        self.told: set[Candidate] = set()
+        self.outstanding: dict[Candidate, None] = {}
+        self.tabu: set[Candidate] = set()
+        self.tabu_moves: dict[Setting, int] = {}
+        self.queue: list[tuple[str, Candidate]] = []
+        self.queue_tags: dict[Candidate, str] = {}
+        self.incumbent: Candidate = self.reference
+        self.incumbent_y = 0.0
+        self.stall = 0
+        self.escapes = 0
+        self.blame_log: list[str] = []
+        self.pre_execution_rejections = 0
+        self.pool = proposals.Pool(self)
+        self.starts = proposals.initial_starts(self)
+
+    # ------------------------------------------------------------------ priors
+    def _knob_priors(self) -> tuple[np.ndarray, np.ndarray]:
+        t = self.tune
+        effects: dict[Setting, list[float]] = {}
+        for rec in self.experience:
+            if "knob" in rec and "log_speedup" in rec:
+                effects.setdefault((rec["knob"], rec["value"]), []).append(float(rec["log_speedup"]))
+        patch_priors = t["patch_priors"] or {}
+        mu, sd = [], []
+        for name, value in self.fmap.singles:
+            if name == PATCH:
+                mu.append(float(t["patch_kappa"]) * float(patch_priors.get(value, 0.0)))
+                sd.append(float(t["patch_prior_sd"]))
+                continue
+            k = self.space.knob(name)
+            m = k.prior_of(value)
+            s = k.prior_sd if k.prior_sd is not None else float(t["default_prior_sd"])
+            if (name, value) in effects:
+                m = float(np.mean(effects[(name, value)]))
+                s = min(s, max(float(t["sigma_min"]), 0.5 * abs(m)))
+            share = self.phase_shares.get(k.mechanism or "") if self.phase_shares else None
+            if share is not None and 0 < share < 1:
+                m = min(m, -math.log(1.0 - share))  # Amdahl phase-headroom ceiling
+            mu.append(m)
+            sd.append(max(float(t["sigma_min"]), s, 0.5 * abs(m)))
+        return np.asarray(mu), np.asarray(sd)
+
+    # ------------------------------------------------------------- predictions
+    def predict(self, cands: Sequence[Candidate]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(mean log-speedup, sd, p_feasible) for each candidate."""
+        X = self.fmap.encode(cands)
+        mu, sd = self.time.predict(X)
+        return mu, sd, self.mem.p_feasible(X)
+
+    def mem_delta(self, s: Setting) -> float:
+        """Estimated peak-memory delta (GiB) of one setting vs the reference."""
+        X = self.fmap.encode_settings(frozenset([s]))[None, :]
+        Z = np.zeros_like(X)
+        return float(self.mem.predict(X)[0][0] - self.mem.predict(Z)[0][0])
+
+    def single_effects(self) -> dict[Setting, tuple[float, float, float]]:
+        """Per knob setting: (prior mean, posterior mean, posterior sd) of its single-knob log-speedup."""
+        coef, csd = self.time.coef()
+        return {s: (float(self.prior_mu[i]), float(coef[i]), float(csd[i])) for i, s in enumerate(self.fmap.singles)}
+
+    def big_knobs(self) -> set[str]:
+        """Knobs whose prior, posterior or measured single-knob log-speedup clears the gate on some setting."""
+        big: set[str] = set()
+        for (name, _), (prior, post, _) in self.single_effects().items():
+            if name != PATCH and (abs(prior) >= self.gate or abs(post) >= self.gate):
+                big.add(name)
+        for c, o in self.history:
+            sets = c.settings(self.space)
+            if o.status == "ok" and len(sets) == 1:
+                (name, _), = sets
+                if name != PATCH and abs(log_speedup(self.t0, o.step_time_s)) >= self.gate:
+                    big.add(name)
+        return big
+
+    # -------------------------------------------------------------- admission
+    def admissible(self, cand: Candidate, taken: set[Candidate]) -> str | None:
+        """Why ``cand`` may not be proposed now (None if it may)."""
+        if cand in self.told or cand in taken or cand in self.outstanding:
+            return "visited"
+        if cand in self.tabu:
+            return "tabu"
+        if cand.is_reference(self.space):
+            return "reference"
+        if not self.space.legal(cand.as_dict()):
+            return "illegal"
+        sets = cand.settings(self.space)
+        why = self.ledger.blocked(sets)
+        if why:
+            return why
+        for s, need in self.ledger.needs_saver.items():
+            if s in sets and not any(self.mem_delta(x) < 0 for x in sets if x != s):
+                return f"{settings_key(s)} needs a memory saver"
+        return None
+
+    # --------------------------------------------------------------------- ask
+    def ask(self, q: int = 1, pending: Sequence[Candidate] = ()) -> list[Candidate]:
+        """Up to ``q`` new candidates, never visited, tabu, outstanding or in ``pending``."""
+        if q < 1:
+            return []
+        taken: set[Candidate] = set(pending)
+        out: list[Candidate] = []
+        n_out = len(set(self.outstanding) | taken)
+        rng = np.random.default_rng([self.seed, len(self.history), n_out])
+        for op, cand in proposals.propose(self, rng, taken):
+            if len(out) >= q:
+                break
+            why = self.admissible(cand, taken)
+            if why is not None:
+                self.pre_execution_rejections += 1
+                continue
+            taken.add(cand)
+            out.append(cand)
+        for c in out:
+            self.outstanding[c] = None  # registered as visited before execution
+        return out
+
+    # -------------------------------------------------------------------- tell
+    def tell(self, cand: Candidate, outcome: Outcome) -> None:
+        """Record one outcome: refit models, attribute failures, update incumbent and operator queues."""
+        prev_pred = float(self.predict([cand])[0][0])
+        self.outstanding.pop(cand, None)
+        self.history.append((cand, outcome))
+        self.told.add(cand)
+        sets = cand.settings(self.space)
+        if outcome.status != "ok":
+            self.tabu.add(cand)
+        blame = self.ledger.record(sets, outcome, self.mem_delta)
+        if blame:
+            self.blame_log.append(f"{cand.signature[:10]} {blame}")
+        self._refit()
+        if outcome.status == "ok":
+            self._maybe_add_pairs(cand, outcome)
+        improved = False
+        tag = self.queue_tags.get(cand, "")
+        if outcome.status == "ok":
+            y = log_speedup(self.t0, outcome.step_time_s)
+            improved = y > self.incumbent_y + self.gate
+            if y > self.incumbent_y:
+                old = self.incumbent
+                self.incumbent, self.incumbent_y = cand, y
+                if improved:
+                    proposals.on_improvement(self, old, cand)
+            if tag.startswith("backtrack"):
+                proposals.on_backtrack_ok(self, cand)
+        else:
+            self._tabu_move(cand)
+            if outcome.status == "oom":
+                proposals.on_oom(self, cand, outcome, prev_pred)
+            elif outcome.status in ("crash", "rejected") and not cand.patches:
+                proposals.on_crash(self, cand)
+        if outcome.status == "ok" and not improved:
+            self._tabu_move(cand)
+        if cand not in self.starts:
+            self.stall = 0 if improved else self.stall + 1
+
+    def _tabu_move(self, cand: Candidate) -> None:
+        big = self.big_knobs()
+        diff = cand.settings(self.space) - self.incumbent.settings(self.space)
+        moves = [s for s in diff if s[0] in big]
+        if len(moves) == 1:
+            self.tabu_moves[moves[0]] = len(self.history) + int(self.tune["tabu_tenure"])
+
+    def active_tabu_moves(self) -> set[Setting]:
+        n = len(self.history)
+        return {s for s, until in self.tabu_moves.items() if until > n}
+
+    def _ok_rows(self) -> tuple[list[Candidate], np.ndarray]:
+        cands = [c for c, o in self.history if o.status == "ok"]
+        y = np.array([log_speedup(self.t0, o.step_time_s) for _, o in self.history if o.status == "ok"])
+        return cands, y
+
+    def _refit(self) -> None:
+        cands, y = self._ok_rows()
+        self.time.refit(self.fmap.encode(cands), y)
+        idx, my, kind = memory_rows(self.history, self.capacity)
+        self.mem.refit(self.fmap.encode([self.history[i][0] for i in idx]), np.array(my), kind)
+
+    def _maybe_add_pairs(self, cand: Candidate, outcome: Outcome) -> None:
+        """Admit enabling pairs when an ok trial's joint effect is far from the additive prediction."""
+        knob_sets = sorted((s for s in cand.settings(self.space) if s[0] != PATCH), key=settings_key)
+        if len(knob_sets) < 2:
+            return
+        y = log_speedup(self.t0, outcome.step_time_s)
+        mu, sd = self.time.predict(self.fmap.encode([cand]))
+        tol = max(self.gate, 2.5 * math.sqrt(sd[0] ** 2 + self.time.noise_var))
+        if abs(y - mu[0]) <= tol:
+            return
+        coef, _ = self.time.coef()
+        ranked = sorted(knob_sets, key=lambda s: (-abs(coef[self.fmap.index[s]]), settings_key(s)))[:4]
+        added = False
+        for a, b in itertools.combinations(ranked, 2):
+            added |= self.fmap.add_pair(a, b)
+        if added:
+            self._refit()
+
+    # ---------------------------------------------------------------- results
+    def best(self) -> Candidate | None:
+        """The best verified (status ok) candidate by measured step time."""
+        ok = [(o.step_time_s, c.signature, c) for c, o in self.history if o.status == "ok"]
+        return min(ok, key=lambda t: (t[0], t[1]))[2] if ok else None
+
+    def promotion_candidates(self, k: int = 2) -> list[Candidate]:
+        """Up to ``k`` distinct ok candidates ranked by posterior mean blended with their measurements."""
+        ok: dict[Candidate, list[float]] = {}
+        for c, o in self.history:
+            if o.status == "ok" and not c.is_reference(self.space):
+                ok.setdefault(c, []).append(log_speedup(self.t0, o.step_time_s))
+        if not ok:
+            return []
+        cands = sorted(ok, key=lambda c: c.signature)
+        mu, _, _ = self.predict(cands)
+        score = [0.5 * m + 0.5 * float(np.mean(ok[c])) for m, c in zip(mu, cands)]
+        order = sorted(range(len(cands)), key=lambda i: (-score[i], cands[i].signature))
+        return [cands[i] for i in order[:k] if score[i] > 0]
+
+    def promote(self, reruns: dict[Candidate, list[tuple[float, float]]]) -> Promotion:
+        """Promote the fastest re-run candidate whose paired speedup clears the noise margin, else 1.00x."""
+        return decide_promotion(reruns, float(self.noise.promotion_margin))
+
+    def state_summary(self) -> dict:
+        coef, csd = self.time.coef()
+        return {
+            "trials": len(self.history),
+            "incumbent": self.incumbent.as_dict() | {"@patches": sorted(self.incumbent.patches)},
+            "incumbent_log_speedup": self.incumbent_y,
+            "big_knobs": sorted(self.big_knobs()),
+            "gate": self.gate,
+            "stall": self.stall,
+            "escapes": self.escapes,
+            "tabu": sorted(c.signature for c in self.tabu),
+            "tabu_moves": sorted(settings_key(s) for s in self.active_tabu_moves()),
+            "pre_execution_rejections": self.pre_execution_rejections,
+            "blame": list(self.blame_log),
+            **self.ledger.summary(),
+            "coefficients": {self.fmap.label(i): [float(coef[i]), float(csd[i])] for i in range(self.fmap.dim)},
+        }
+
+    def memory_table(self) -> list[dict]:
+        rows = []
+        for s in self.fmap.singles:
+            X = self.fmap.encode_settings(frozenset([s]))[None, :]
+            m, sd = self.mem.predict(X)
+            m0, _ = self.mem.predict(np.zeros_like(X))
+            gib = float(m[0] - m0[0])
+            rows.append({"name": s[0] if s[0] != PATCH else f"patch:{s[1]}", "value": s[1], "gib": gib,
+                         "sd": float(sd[0]), "class": "spender" if gib > 0 else "saver" if gib < 0 else "neutral"})
+        return rows
+
+
+def knob_specs(dicts: Sequence[dict]) -> tuple[KnobSpec, ...]:
+    """Build knob specs from landscape/contract dicts."""
+    return tuple(KnobSpec.from_dict(d) for d in dicts)

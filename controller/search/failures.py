@@ -1,0 +1,138 @@
+"""Failure attribution (paper section 4.2): memory, conflicts, and patches.
+
+* OOM: the largest memory spender among the failed candidate's settings is
+  tagged as needing a memory saver that covers the measured shortfall; it is
+  excluded only after it has failed with ``exclude_after`` distinct saver sets.
+* Non-memory crash (or a numerical rejection of a patch-free candidate): ban
+  only the minimal conflict tuple - the smallest co-occurring pair (else
+  triple) of its settings absent from every passing run.  Bans are re-derived
+  from all records after each observation, so a tuple later seen passing is
+  exonerated, and a tuple implicated by several crashes wins ties.
+* A failure of a candidate carrying unverified patches is blamed on those
+  patches, never on the launch configuration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Callable
+
+from controller.search.space import PATCH, Outcome, Setting, settings_key
+
+Tuple_ = tuple[Setting, ...]
+
+
+def _tkey(t: Tuple_) -> tuple[str, ...]:
+    return tuple(sorted(settings_key(s) for s in t))
+
+
+def _canon_tuple(t: Tuple_) -> Tuple_:
+    return tuple(sorted(t, key=settings_key))
+
+
+@dataclass
+class FailureLedger:
+    """Accumulates failures; answers ``blocked(settings)`` before execution."""
+
+    exclude_after: int = 3
+    known_conflicts: list[Tuple_] = field(default_factory=list)
+    passing: list[frozenset[Setting]] = field(default_factory=list)
+    crash_records: list[frozenset[Setting]] = field(default_factory=list)
+    needs_saver: dict[Setting, float] = field(default_factory=dict)
+    saver_sets_failed: dict[Setting, set[frozenset[Setting]]] = field(default_factory=dict)
+    excluded: set[Setting] = field(default_factory=set)
+    banned_patches: dict[str, str] = field(default_factory=dict)
+    verified_patches: set[str] = field(default_factory=set)
+    banned: list[Tuple_] = field(default_factory=list)
+    unexplained: int = 0
+    risk: Callable[[Setting], float] = field(default=lambda s: 0.0)
+
+    def record(self, settings: frozenset[Setting], outcome: Outcome,
+               mem_delta: Callable[[Setting], float]) -> str:
+        """Attribute one outcome; returns a one-line description of the blame (empty for ok)."""
+        patches = {v for k, v in settings if k == PATCH}
+        if outcome.status == "ok":
+            self.passing.append(settings)
+            self.verified_patches |= patches
+            self._rederive()
+            return ""
+        unverified = sorted(patches - self.verified_patches)
+        if unverified:
+            for p in unverified:
+                self.banned_patches[p] = outcome.status
+            return f"patch blamed: {', '.join(unverified)} ({outcome.status})"
+        knob_settings = frozenset(s for s in settings if s[0] != PATCH)
+        if outcome.status == "oom":
+            return self._record_oom(knob_settings, outcome, mem_delta)
+        self.crash_records.append(knob_settings)
+        self._rederive()
+        return f"conflict: {self.minimal_tuple(knob_settings)}"
+
+    def _record_oom(self, settings: frozenset[Setting], outcome: Outcome,
+                    mem_delta: Callable[[Setting], float]) -> str:
+        if not settings:
+            return "reference OOM"
+        ranked = sorted(settings, key=lambda s: (-mem_delta(s), settings_key(s)))
+        spender = ranked[0]
+        shortfall = max(0.0, (outcome.requested_gib or 0.0) - (outcome.capacity_gib or 0.0))
+        self.needs_saver[spender] = max(self.needs_saver.get(spender, 0.0), shortfall)
+        savers = frozenset(s for s in settings if s != spender and mem_delta(s) < 0)
+        if savers:
+            tried = self.saver_sets_failed.setdefault(spender, set())
+            tried.add(savers)
+            if len(tried) >= self.exclude_after:
+                self.excluded.add(spender)
+        return f"oom: {settings_key(spender)} needs a saver covering {shortfall:.1f} GiB"
+
+    def minimal_tuple(self, settings: frozenset[Setting]) -> Tuple_ | None:
+        """Smallest pair/triple of ``settings`` absent from all passing runs (None if none).
+
+        Among several, prefer the tuple implicated by the most crash records, then the most
+        aggressive one (largest summed prior |effect|, ``risk``), then a canonical order.
+        """
+        risk = self.risk
+        if len(settings) == 1:
+            only = next(iter(settings))
+            return None if any(only in p for p in self.passing) else (only,)
+        for size in (2, 3):
+            options = [_canon_tuple(t) for t in combinations(settings, size)
+                       if not any(set(t) <= p for p in self.passing)]
+            if options:
+                def score(t: Tuple_) -> tuple:
+                    hits = sum(1 for r in self.crash_records if set(t) <= r)
+                    return (-hits, -sum(abs(risk(s)) for s in t), _tkey(t))
+                return min(options, key=score)
+        return None
+
+    def _rederive(self) -> None:
+        banned: dict[tuple[str, ...], Tuple_] = {}
+        self.unexplained = 0
+        for rec in self.crash_records:
+            t = self.minimal_tuple(rec)
+            if t is None:
+                self.unexplained += 1
+            else:
+                banned[_tkey(t)] = t
+        self.banned = [banned[k] for k in sorted(banned)]
+
+    def blocked(self, settings: frozenset[Setting]) -> str | None:
+        """Why a candidate with these settings must not run, or None if it may."""
+        for s in settings:
+            if s[0] == PATCH and s[1] in self.banned_patches:
+                return f"patch {s[1]} banned"
+            if s in self.excluded:
+                return f"{settings_key(s)} excluded after OOM with {self.exclude_after} saver sets"
+        for t in list(self.banned) + list(self.known_conflicts):
+            if set(t) <= settings:
+                return "conflict " + " & ".join(settings_key(s) for s in t)
+        return None
+
+    def summary(self) -> dict:
+        return {
+            "banned_tuples": [[settings_key(s) for s in t] for t in self.banned],
+            "needs_saver_gib": {settings_key(s): g for s, g in sorted(self.needs_saver.items(), key=lambda x: settings_key(x[0]))},
+            "excluded": sorted(settings_key(s) for s in self.excluded),
+            "banned_patches": dict(sorted(self.banned_patches.items())),
+            "verified_patches": sorted(self.verified_patches),
+        }

@@ -1,0 +1,126 @@
+"""Thin glue between the search and ``surrogate/``: builds priors from the
+space, refits the Bayesian time model and the censored memory model from the
+trial history, and answers batched predictions.
+
+Time target: ``y = ln(T0 / T)`` over :class:`FeatureMap` indicators (no
+intercept).  Memory target: peak GiB over the singles with a fitted intercept (the
+the reference's peak memory).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+from scipy.stats import norm
+
+from controller.search.features import FeatureMap
+from controller.search.space import PATCH, Candidate, Outcome, SearchSpace
+from surrogate.time_model import BayesLinearTimeModel
+
+
+class TimeModel:
+    """Refits :class:`BayesLinearTimeModel` on all ok trials (features may grow with enabling pairs)."""
+
+    def __init__(self, fmap: FeatureMap, prior_mu: np.ndarray, prior_sd: np.ndarray, noise_var: float,
+                 pair_prior_sd: float, sigma_min: float):
+        self.fmap = fmap
+        self.prior_mu = prior_mu
+        self.prior_sd = prior_sd
+        self.noise_var = noise_var
+        self.pair_prior_sd = pair_prior_sd
+        self.sigma_min = sigma_min
+        self.model: BayesLinearTimeModel | None = None
+        self.refit(np.zeros((0, fmap.dim)), np.zeros(0))
+
+    def _priors(self) -> tuple[np.ndarray, np.ndarray]:
+        extra = self.fmap.dim - len(self.prior_mu)
+        mu = np.concatenate([self.prior_mu, np.zeros(extra)])
+        sd = np.concatenate([self.prior_sd, np.full(extra, self.pair_prior_sd)])
+        return mu, sd * sd
+
+    def refit(self, X: np.ndarray, y: np.ndarray) -> None:
+        mu, var = self._priors()
+        m = BayesLinearTimeModel(mu, var, self.noise_var, sigma_min=self.sigma_min)
+        self.model = m.fit(X, y) if len(y) else m
+
+    def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        assert self.model is not None
+        mean, var = self.model.predict(X)
+        return mean, np.sqrt(np.maximum(var, 0.0))
+
+    def coef(self) -> tuple[np.ndarray, np.ndarray]:
+        assert self.model is not None
+        return np.asarray(self.model.coef_mean), np.asarray(self.model.coef_sd)
+
+
+class MemoryModel:
+    """Censored peak-memory model over the single indicators (intercept = reference peak); falls back to the prior before any data."""
+
+    def __init__(self, space: SearchSpace, fmap: FeatureMap, capacity_gib: float, ref_mem_gib: float | None):
+        self.fmap = fmap
+        self.capacity = float(capacity_gib)
+        n = len(fmap.singles)
+        base = ref_mem_gib if ref_mem_gib is not None else 0.6 * self.capacity
+        base_sd = 0.05 * self.capacity if ref_mem_gib is not None else 0.3 * self.capacity
+        mu = np.zeros(n + 1)
+        sd = np.zeros(n + 1)
+        mu[0], sd[0] = base, base_sd
+        for i, (name, value) in enumerate(fmap.singles):
+            if name == PATCH:
+                mu[i + 1], sd[i + 1] = 0.0, 0.03 * self.capacity
+            else:
+                m = space.knob(name).mem_prior_of(value)
+                mu[i + 1], sd[i + 1] = m, max(0.03 * self.capacity, 0.5 * abs(m))
+        self.prior_mu, self.prior_var = mu, sd * sd
+        self.obs_sd = 0.02 * self.capacity
+        self.model = None
+
+    def design(self, X: np.ndarray) -> np.ndarray:
+        return X[:, : len(self.fmap.singles)]
+
+    def refit(self, X: np.ndarray, y: np.ndarray, kind: Sequence[str]) -> None:
+        if not len(y):
+            self.model = None
+            return
+        from surrogate.memory_model import TobitMemoryModel  # imported lazily: optional until fitted
+        self.model = TobitMemoryModel(self.capacity, prior_mean=self.prior_mu, prior_var=self.prior_var).fit(
+            self.design(X), np.asarray(y, dtype=float), list(kind))
+
+    def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        D = self.design(X)
+        if self.model is None:
+            mean = self.prior_mu[0] + D @ self.prior_mu[1:]
+            sd = np.sqrt(self.prior_var[0] + D * D @ self.prior_var[1:])
+            return mean, sd
+        mean, sd = self.model.predict(D)
+        return np.asarray(mean, dtype=float), np.asarray(sd, dtype=float)
+
+    def p_feasible(self, X: np.ndarray) -> np.ndarray:
+        """P(peak <= capacity) under the predictive distribution (parameter + observation noise)."""
+        if self.model is not None:
+            return np.asarray(self.model.p_feasible(self.design(X)), dtype=float)
+        mean, sd = self.predict(X)
+        return norm.cdf((self.capacity - mean) / np.sqrt(sd * sd + self.obs_sd ** 2))
+
+
+def memory_rows(history: Sequence[tuple[Candidate, Outcome]], capacity: float) -> tuple[list[int], list[float], list[str]]:
+    """Indices into ``history`` usable by the memory model, with targets and censoring kinds."""
+    idx, y, kind = [], [], []
+    for i, (_, o) in enumerate(history):
+        if o.status == "ok" and o.peak_mem_gib is not None:
+            idx.append(i)
+            y.append(float(o.peak_mem_gib))
+            kind.append("near_cap" if o.peak_mem_gib >= 0.98 * capacity else "exact")
+        elif o.status == "oom":
+            cap = o.capacity_gib or capacity
+            req = o.requested_gib if o.requested_gib and o.requested_gib > cap else cap * 1.02
+            idx.append(i)
+            y.append(float(req))
+            kind.append("oom")
+    return idx, y, kind
+
+
+def log_speedup(reference_s: float, step_s: float) -> float:
+    return math.log(reference_s / step_s)

@@ -1,0 +1,374 @@
+"""Proposal operators of the search controller (paper sections 4.1-4.3).
+
+``propose`` yields ``(operator, candidate)`` in priority order; the controller
+filters each through ``admissible`` (visited, tabu, bans, legality, memory
+partners) and keeps the first ``q``.  Operators, in order: the three starts;
+queued follow-ups derived from tells (bundle completion, conflict
+backtracking and migration, ordered-axis extrapolation, conflict reverts);
+one contrarian probe; patch stacking and patch exploration; warm restarts
+and trust-region escape over the big-knob set when stalled, else the normal
+trust region; finally the whole pool by acquisition.  Nothing here mutates
+the controller except the ``on_*`` hooks, which run inside ``tell``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+import numpy as np
+
+from controller.search.space import PATCH, Candidate, Outcome, Setting, settings_key
+
+if TYPE_CHECKING:  # pragma: no cover
+    from controller.search.controller import SearchController
+
+
+class Pool:
+    """All knob configurations (or a per-ask sample when the space is too large) as index arrays."""
+
+    def __init__(self, ctrl: "SearchController"):
+        self.ctrl = ctrl
+        space = ctrl.space
+        self.knobs = space.knobs
+        self.sizes = [len(k.values) for k in self.knobs]
+        self.ref_idx = np.array([k.values.index(k.reference) for k in self.knobs])
+        self.col = {}  # (knob j, value index) -> feature column
+        for j, k in enumerate(self.knobs):
+            for vi, v in enumerate(k.values):
+                if v != k.reference:
+                    self.col[(j, vi)] = ctrl.fmap.index[(k.name, v)]
+        n = int(np.prod(self.sizes)) if self.sizes else 1
+        self.full = n <= int(ctrl.tune["pool_limit"])
+        self.rows_all = None
+        if self.full:
+            rows = np.array(list(np.ndindex(*self.sizes)), dtype=int).reshape(n, len(self.knobs))
+            legal = np.array([space.legal(self.to_dict(r)) for r in rows], dtype=bool)
+            self.rows_all = rows[legal]
+
+    def to_dict(self, row: np.ndarray) -> dict:
+        return {k.name: k.values[int(row[j])] for j, k in enumerate(self.knobs)}
+
+    def to_candidate(self, row: np.ndarray, patches=frozenset()) -> Candidate:
+        return Candidate.from_dict(self.to_dict(row), patches)
+
+    def row_of(self, cand: Candidate) -> np.ndarray:
+        d = cand.as_dict()
+        return np.array([k.values.index(d[k.name]) for k in self.knobs])
+
+    def rows(self, rng: np.random.Generator) -> np.ndarray:
+        if self.full:
+            return self.rows_all
+        m = int(self.ctrl.tune["pool_sample"])
+        rows = np.column_stack([rng.integers(0, s, m) for s in self.sizes]) if self.sizes else np.zeros((1, 0), int)
+        near = [self.row_of(self.ctrl.incumbent)]
+        for j, s in enumerate(self.sizes):
+            for v in range(s):
+                r = near[0].copy()
+                r[j] = v
+                near.append(r)
+        return np.unique(np.vstack([rows] + near), axis=0)
+
+    def features(self, rows: np.ndarray, patches: frozenset[str]) -> np.ndarray:
+        fm = self.ctrl.fmap
+        X = np.zeros((rows.shape[0], fm.dim))
+        for (j, vi), c in self.col.items():
+            X[:, c] = rows[:, j] == vi
+        for p in patches:
+            if (PATCH, p) in fm.index:
+                X[:, fm.index[(PATCH, p)]] = 1.0
+        for i, (a, b) in enumerate(fm.pairs):
+            ca, cb = fm.index.get(a), fm.index.get(b)
+            if ca is not None and cb is not None:
+                X[:, len(fm.singles) + i] = X[:, ca] * X[:, cb]
+        return X
+
+    def score(self, rows: np.ndarray, patches: frozenset[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(acquisition, mean, sd, p_feasible) per row."""
+        c = self.ctrl
+        X = self.features(rows, patches)
+        mu, sd = c.time.predict(X)
+        p = c.mem.p_feasible(X)
+        acq = p * (mu + float(c.tune["beta"]) * sd) - (1 - p) * float(c.tune["fail_penalty"])
+        return acq, mu, sd, p
+
+
+def _legal_unblocked(ctrl: "SearchController", cand: Candidate) -> bool:
+    return ctrl.space.legal(cand.as_dict()) and ctrl.ledger.blocked(cand.settings(ctrl.space)) is None
+
+
+def initial_starts(ctrl: "SearchController") -> list[Candidate]:
+    """The three starts: experience best, prior best differing in a big knob, random legal."""
+    pool = ctrl.pool
+    rng = np.random.default_rng([ctrl.seed, 7919])
+    prior_big = {s[0] for s, m in zip(ctrl.fmap.singles, ctrl.prior_mu) if s[0] != PATCH and abs(m) >= ctrl.gate}
+    starts: list[Candidate] = []
+    exp = [r for r in ctrl.experience if "config" in r]
+    if exp:
+        best = max(exp, key=lambda r: float(r.get("speedup", 1.0)))
+        d = ctrl.space.reference_config()
+        for k in ctrl.space.knobs:
+            v = best["config"].get(k.name, k.reference)
+            d[k.name] = v if v in k.values else k.reference
+        cand = Candidate.from_dict(d)
+        if not cand.is_reference(ctrl.space) and _legal_unblocked(ctrl, cand):
+            starts.append(cand)
+    sample = pool.rows(rng)
+    X = pool.features(sample, frozenset())
+    prior_score = X[:, : len(ctrl.prior_mu)] @ ctrl.prior_mu
+    feas = ctrl.mem.p_feasible(X) >= 0.5
+    order = np.lexsort((np.arange(len(sample)), -prior_score))
+    for want in range(2 - len(starts)):
+        for i in order:
+            if not feas[i] or prior_score[i] <= 0:
+                continue
+            cand = pool.to_candidate(sample[i])
+            if cand in starts or not _legal_unblocked(ctrl, cand):
+                continue
+            if starts and prior_big and not any(cand.value(k) != s.value(k) for s in starts for k in prior_big):
+                continue
+            starts.append(cand)
+            break
+    for _ in range(1000):
+        row = np.array([rng.integers(0, s) for s in pool.sizes], dtype=int)
+        cand = pool.to_candidate(row)
+        if cand not in starts and not cand.is_reference(ctrl.space) and _legal_unblocked(ctrl, cand):
+            starts.append(cand)
+            break
+    return starts
+
+
+def _with_setting(ctrl: "SearchController", base: Candidate, s: Setting) -> Candidate:
+    """``base`` plus setting ``s``, reverting settings banned together with ``s`` and adding a saver if needed."""
+    if s[0] == PATCH:
+        return Candidate(base.config, base.patches | {s[1]})
+    cand = base.with_values({s[0]: s[1]})
+    sets = cand.settings(ctrl.space)
+    for t in list(ctrl.ledger.banned) + list(ctrl.ledger.known_conflicts):
+        if s in t and set(t) <= sets:
+            for other in t:
+                if other != s and other[0] != PATCH:
+                    cand = cand.with_values({other[0]: ctrl.space.knob(other[0]).reference})
+    if float(ctrl.predict([cand])[2][0]) < 0.5:
+        saver = _best_saver(ctrl, cand)
+        if saver is not None:
+            cand = cand.with_values({saver[0]: saver[1]})
+    return cand
+
+
+def _saver_options(ctrl: "SearchController", cand: Candidate, exclude: set[str] = frozenset()) -> list[tuple[Setting, float, float]]:
+    """Reference-held savers for ``cand``: (setting, GiB saved, posterior speed coef), best first."""
+    d = cand.as_dict()
+    coef, _ = ctrl.time.coef()
+    out = []
+    for k in ctrl.space.knobs:
+        if d[k.name] != k.reference or k.name in exclude:
+            continue
+        for v in k.values:
+            if v == k.reference:
+                continue
+            delta = ctrl.mem_delta((k.name, v))
+            if delta < 0:
+                out.append(((k.name, v), -delta, float(coef[ctrl.fmap.index[(k.name, v)]])))
+    out.sort(key=lambda t: (-t[2], -t[1], settings_key(t[0])))
+    return out
+
+
+def _best_saver(ctrl: "SearchController", cand: Candidate) -> Setting | None:
+    opts = _saver_options(ctrl, cand)
+    return opts[0][0] if opts else None
+
+
+def _complete_bundle(ctrl: "SearchController", cand: Candidate, skip: set[Setting]) -> tuple[Candidate, Setting | None]:
+    """Add reference-held savers (fastest first) until the memory model predicts a fit."""
+    first = None
+    used: set[str] = set()
+    for _ in range(4):
+        if float(ctrl.predict([cand])[2][0]) >= 0.6:
+            break
+        opts = [o for o in _saver_options(ctrl, cand, used) if o[0] not in skip]
+        if not opts:
+            break
+        s = opts[0][0]
+        first = first or s
+        used.add(s[0])
+        cand = _with_setting(ctrl, cand, s)
+    return cand, first
+
+
+def on_oom(ctrl: "SearchController", cand: Candidate, outcome: Outcome, prev_pred: float) -> None:
+    """Bundle completion for a high-upside OOM: pair with savers covering the shortfall."""
+    if cand.patches or prev_pred < max(ctrl.incumbent_y, ctrl.gate):
+        return
+    skip: set[Setting] = set()
+    for _ in range(2):
+        bundle, first = _complete_bundle(ctrl, cand, skip)
+        if first is None:
+            break
+        _enqueue(ctrl, "bundle", bundle)
+        skip.add(first)
+
+
+def on_crash(ctrl: "SearchController", cand: Candidate) -> None:
+    """Conflict backtracking and a one-step switch of the banned tuple's most suspect member.
+
+    Backtracking re-tests a high-prior lever alone on the clean reference when it crashed on top of
+    the accepted incumbent (at most two new settings), or when it never passed and appears in two or
+    more crash records.  The switch replaces the suspect setting with the knob's best other value
+    (by posterior mean; the reference if none is admissible); switches do not chain.
+    """
+    sets = frozenset(x for x in cand.settings(ctrl.space) if x[0] != PATCH)
+    new = sets - ctrl.incumbent.settings(ctrl.space)
+    passed = set().union(*ctrl.ledger.passing) if ctrl.ledger.passing else set()
+    t = ctrl.ledger.minimal_tuple(sets) or ()
+    for s in sorted(sets, key=settings_key):
+        high = ctrl.space.knob(s[0]).prior_of(s[1]) >= ctrl.gate
+        repeated = s in t and s not in passed and sum(1 for r in ctrl.ledger.crash_records if s in r) >= 2
+        if (high and s in new and len(new) <= 2) or (repeated and len(sets) > 1):
+            _enqueue(ctrl, "backtrack", ctrl.reference.with_values({s[0]: s[1]}))
+    if ctrl.queue_tags.get(cand) == "revert" or len(t) < 2:
+        return
+    seen = {x: sum(1 for p in ctrl.ledger.passing if x in p) for x in t}
+    suspect = min(t, key=lambda x: (seen[x], -abs(ctrl.ledger.risk(x)), settings_key(x)))
+    knob = ctrl.space.knob(suspect[0])
+    coef, _ = ctrl.time.coef()
+    alts = sorted((v for v in knob.values if v not in (suspect[1], knob.reference)),
+                  key=lambda v: -coef[ctrl.fmap.index[(knob.name, v)]])
+    for v in alts + [knob.reference]:
+        alt = cand.with_values({knob.name: v})
+        if ctrl.ledger.blocked(alt.settings(ctrl.space)) is None and ctrl.space.legal(alt.as_dict()):
+            _enqueue(ctrl, "revert", alt)
+            break
+
+
+def on_backtrack_ok(ctrl: "SearchController", cand: Candidate) -> None:
+    """A lever verified on the clean reference: migrate the incumbent's compatible settings on top of it."""
+    (s,) = tuple(cand.settings(ctrl.space)) or (None,)
+    if s is None:
+        return
+    migrated = cand
+    for other in sorted(ctrl.incumbent.settings(ctrl.space), key=settings_key):
+        if other[0] in (s[0], PATCH):
+            continue
+        trial = migrated.with_values({other[0]: other[1]})
+        if ctrl.ledger.blocked(trial.settings(ctrl.space)) is None:
+            migrated = trial
+    _enqueue(ctrl, "migrate", Candidate(migrated.config, ctrl.incumbent.patches))
+
+
+def on_improvement(ctrl: "SearchController", old: Candidate, new: Candidate) -> None:
+    """Extrapolate one step further along every ordered axis the improving move changed.
+
+    Extrapolations queued from an earlier incumbent are dropped (they are stale).
+    """
+    ctrl.queue = [(t, c) for t, c in ctrl.queue if t != "extrapolate" or c in ctrl.told]
+    for k in ctrl.space.knobs:
+        if not k.ordered:
+            continue
+        a, b = k.values.index(old.value(k.name)), k.values.index(new.value(k.name))
+        if a != b:
+            c = b + (1 if b > a else -1)
+            if 0 <= c < len(k.values):
+                _enqueue(ctrl, "extrapolate", new.with_values({k.name: k.values[c]}))
+
+
+#: queue priority per follow-up kind (lower first; newest first within one priority)
+PRIORITY = {"bundle": 0, "revert": 0, "migrate": 0, "extrapolate": 1, "backtrack": 1}
+
+
+def _enqueue(ctrl: "SearchController", tag: str, cand: Candidate) -> None:
+    if cand not in ctrl.queue_tags and cand not in ctrl.told:
+        ctrl.queue.append((tag, cand))
+        ctrl.queue_tags[cand] = tag
+
+
+def _tried(ctrl: "SearchController") -> set[Setting]:
+    seen: set[Setting] = set()
+    for c in list(ctrl.told) + list(ctrl.outstanding):
+        seen |= c.settings(ctrl.space)
+    return seen
+
+
+def _contrarian(ctrl: "SearchController") -> Iterator[tuple[str, Candidate]]:
+    """Untried settings the prior rates low (<= 0) yet whose two-sigma upside clears the gate."""
+    tried = _tried(ctrl)
+    picks = []
+    for s, (prior, post, sd) in ctrl.single_effects().items():
+        if s[0] == PATCH or s in tried:
+            continue
+        k = ctrl.space.knob(s[0])
+        if not k.prior_mean or s[1] not in k.prior_mean or prior > 0:
+            continue
+        if post + 2 * sd >= ctrl.gate:
+            picks.append((-(post + 2 * sd), settings_key(s), s))
+    for _, _, s in sorted(picks)[:1]:
+        yield "contrarian", _with_setting(ctrl, ctrl.incumbent, s)
+
+
+def _patch_ops(ctrl: "SearchController", upside_low: bool) -> Iterator[tuple[str, Candidate]]:
+    led = ctrl.ledger
+    coef, _ = ctrl.time.coef()
+    inc = ctrl.incumbent
+    small = [p for p in sorted(led.verified_patches - inc.patches) if p not in led.banned_patches
+             and coef[ctrl.fmap.index[(PATCH, p)]] > 0]
+    if small and sum(coef[ctrl.fmap.index[(PATCH, p)]] for p in small) >= ctrl.gate / 2:
+        yield "stack", Candidate(inc.config, inc.patches | set(small))
+    if not upside_low:
+        return
+    tried = {s[1] for s in _tried(ctrl) if s[0] == PATCH}
+    untested = [p for p in ctrl.space.patches if p not in tried and p not in led.banned_patches]
+    prior = ctrl.tune["patch_priors"] or {}
+    for p in sorted(untested, key=lambda p: (-float(prior.get(p, 0.0)), p)):
+        yield "patch", Candidate(inc.config, inc.patches | {p})
+
+
+def _class(ctrl: "SearchController", c: Candidate, big: list[str]) -> tuple:
+    return tuple(str(c.value(k)) for k in big)
+
+
+def propose(ctrl: "SearchController", rng: np.random.Generator, taken: set[Candidate]) -> Iterator[tuple[str, Candidate]]:
+    """All proposals in priority order (see module docstring)."""
+    for c in ctrl.starts:
+        yield "start", c
+    order = sorted(range(len(ctrl.queue)), key=lambda i: (PRIORITY.get(ctrl.queue[i][0], 2), -i))
+    for i in order:
+        yield ctrl.queue[i]
+    pool = ctrl.pool
+    rows = pool.rows(rng)
+    inc = ctrl.incumbent
+    acq, mu, sd, p = pool.score(rows, inc.patches)
+    inc_row = pool.row_of(inc)
+    dist = (rows != inc_row).sum(axis=1)
+    big = sorted(ctrl.big_knobs()) or [k.name for k in ctrl.space.knobs]
+    bigcols = [j for j, k in enumerate(pool.knobs) if k.name in big]
+    bdist = (rows[:, bigcols] != inc_row[bigcols]).sum(axis=1)
+    ok = p >= float(ctrl.tune["min_p_feasible"])
+    upside = float(np.max(np.where(ok & (dist > 0), mu + 2 * sd, -np.inf), initial=-np.inf)) - ctrl.incumbent_y
+    yield from _contrarian(ctrl)
+    yield from _patch_ops(ctrl, upside < ctrl.gate or ctrl.stall >= int(ctrl.tune["stall_trials"]))
+
+    def ranked(mask: np.ndarray, tag: str) -> Iterator[tuple[str, Candidate]]:
+        idx = np.flatnonzero(mask)
+        for i in idx[np.lexsort((idx, -acq[idx]))][:200]:
+            yield tag, pool.to_candidate(rows[i], inc.patches)
+
+    st = int(ctrl.tune["stall_trials"])
+    if ctrl.stall >= st:
+        every = int(ctrl.tune["restart_every"])
+        if (ctrl.stall - st) % every == every - 1:
+            cls = _class(ctrl, inc, big)
+            others = [(o.step_time_s, c.signature, c) for c, o in ctrl.history
+                      if o.status == "ok" and _class(ctrl, c, big) != cls]
+            if others:
+                center = min(others)[2]
+                cd = (rows != pool.row_of(center)).sum(axis=1)
+                yield from ranked(ok & (cd <= 2), "restart")
+        dmin = min(3, 1 + ctrl.stall - st)
+        tabu = ctrl.active_tabu_moves()
+        moves_ok = np.ones(len(rows), dtype=bool)
+        if tabu:
+            for i in np.flatnonzero((bdist >= dmin) & ok):
+                moved = {(pool.knobs[j].name, pool.knobs[j].values[rows[i, j]]) for j in bigcols if rows[i, j] != inc_row[j]}
+                moves_ok[i] = not moved <= tabu
+        yield from ranked(ok & moves_ok & (bdist >= dmin) & (dist <= dmin + 2), "escape")
+    yield from ranked(ok & (dist <= int(ctrl.tune["trust_radius"])), "trust")
+    yield from ranked(np.ones(len(rows), dtype=bool), "global")
