@@ -124,7 +124,6 @@ SlurmdLogFile=/var/log/slurm/slurmd.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 MpiDefault=none
-SwitchType=switch/none
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
