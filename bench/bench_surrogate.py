@@ -4,7 +4,8 @@ Usage: python bench/bench_surrogate.py [--json] [--repeats N]
 
 For n trials in (50, 200, 1000) and d features in (50, 200) it builds a
 synthetic trial history (0/1 indicator features, about 20% on per row;
-memory peaks around a 80 GiB card with roughly 10-20% OOM / near-cap rows)
+memory peaks on an 80 GiB card with about 5-50% OOM or near-cap rows, the
+"cens" column)
 and times, as the median over repeats:
 
 * time_fit:   BayesLinearTimeModel.fit on all n rows
@@ -12,6 +13,8 @@ and times, as the median over repeats:
 * mem_cold:   TobitMemoryModel.fit from scratch
 * mem_warm:   TobitMemoryModel.fit after one new row, warm-started
 * refit:      time_fit + mem_warm, what the search pays per completed trial
+* pred_1k:    predict (time mean/var + memory mean/sd + p_feasible) for
+              1,000 candidate rows, what the search pays per proposal round
 
 Target (brief): refit at most 50 ms at 1,000 x 200 on the 2-core CI machine.
 """
@@ -41,7 +44,7 @@ def synthetic(n: int, d: int, seed: int) -> dict[str, np.ndarray]:
     beta_t = rng.normal(0.0, 0.03, d)
     y_t = X @ beta_t + rng.normal(0.0, 0.005, n + 1)
     beta_m = rng.normal(0.0, 12.0 / np.sqrt(0.2 * d), d)
-    m = 50.0 + X @ beta_m + rng.normal(0.0, 0.02 * CAPACITY_GIB, n + 1)
+    m = 62.0 + X @ beta_m + rng.normal(0.0, 0.02 * CAPACITY_GIB, n + 1)
     kind = np.where(
         m > CAPACITY_GIB, "oom", np.where(m > 0.9 * CAPACITY_GIB, "near_cap", "exact")
     )
@@ -81,6 +84,13 @@ def bench_one(n: int, d: int, repeats: int) -> dict[str, float]:
     def mem_warm() -> None:
         warm.fit(X, y_m, kind)
 
+    cand = (np.random.default_rng(n + d).random((1000, d)) < 0.2).astype(float)
+
+    def pred_1k() -> None:
+        base.predict(cand)
+        warm.predict(cand)
+        warm.p_feasible(cand)
+
     res = {
         "n": n,
         "d": d,
@@ -89,6 +99,7 @@ def bench_one(n: int, d: int, repeats: int) -> dict[str, float]:
         "time_upd_ms": timed(time_upd, repeats),
         "mem_cold_ms": timed(mem_cold, repeats),
         "mem_warm_ms": timed(mem_warm, repeats),
+        "pred_1k_ms": timed(pred_1k, repeats),
     }
     cold = TobitMemoryModel(CAPACITY_GIB).fit(X[:n], y_m[:n], kind[:n])
     res["mem_newton_iters"] = cold.n_iter_
@@ -107,13 +118,13 @@ def main(argv: list[str] | None = None) -> int:
                           "numpy": np.__version__, "rows": rows}, indent=2))
         return 0
     head = f"{'trials':>6} {'feat':>5} {'cens':>5} {'time fit':>9} {'time upd':>9} " \
-           f"{'mem cold':>9} {'iters':>5} {'mem warm':>9} {'refit':>8}"
+           f"{'mem cold':>9} {'iters':>5} {'mem warm':>9} {'refit':>8} {'pred 1k':>8}"
     print(head)
     print("-" * len(head))
     for r in rows:
         print(f"{r['n']:>6} {r['d']:>5} {r['censored']:>5} {r['time_fit_ms']:>8.2f}m "
               f"{r['time_upd_ms']:>8.2f}m {r['mem_cold_ms']:>8.2f}m {r['mem_newton_iters']:>5} "
-              f"{r['mem_warm_ms']:>8.2f}m {r['refit_ms']:>7.2f}m")
+              f"{r['mem_warm_ms']:>8.2f}m {r['refit_ms']:>7.2f}m {r['pred_1k_ms']:>7.2f}m")
     print("(m = milliseconds, median of", args.repeats, "repeats; refit = time fit + mem warm)")
     return 0
 
