@@ -52,8 +52,8 @@ def best_so_far(result: dict[str, Any]) -> list[tuple[float, float]]:
 def plot_progress(result: dict[str, Any], path: Path) -> Path:
     """Write the progress plot of ``result`` (schema ``infrarsi.result/1``) as a PNG at ``path``.
 
-    Every trial is a marker at (cumulative GPU-h, speedup): dot ok/accepted, triangle OOM,
-    x crash/timeout/cancelled, red square rejected (annotated with its first failed layer);
+    Every trial is a marker at (cumulative GPU-h, speedup): dot ok, triangle OOM, x crash/timeout/
+    cancelled, red square rejected (annotated with its first failed layer), faint diamond anything else;
     colour marks the stage (reference grey, promotion purple, search blue).  Trials without a
     measured speedup sit on a band below the lowest speedup.  Horizontal lines at 1.0x and at
     the delivered speedup.  Returns ``path``.  Errors: OSError if ``path`` cannot be written.
@@ -114,7 +114,7 @@ def _marker(ax: Any, t: dict[str, Any], x: float, y: float, seen: set[str]) -> N
     """Draw one trial; each (kind, stage) gets one legend entry."""
     outcome, stage = str(t.get("outcome") or ""), str(t.get("stage") or "search")
     color = STAGE_COLOR.get(stage, "tab:blue")
-    if outcome == "rejected" or (outcome == "ok" and t.get("accepted") is False):
+    if outcome == "rejected":
         kind, style = "rejected", dict(marker="s", color="red", s=36)
         layer = t.get("first_failed_layer")
         if layer:
@@ -123,8 +123,10 @@ def _marker(ax: Any, t: dict[str, Any], x: float, y: float, seen: set[str]) -> N
         kind, style = "OOM", dict(marker="^", color=color, s=36)
     elif outcome in FAILED_OUTCOMES:
         kind, style = "crash/timeout", dict(marker="x", color=color, s=36)
-    else:
+    elif outcome == "ok":
         kind, style = "ok", dict(marker="o", color=color, s=22)
+    else:  # not finished or unknown outcome
+        kind, style = "other", dict(marker="d", color=color, s=22, alpha=0.5)
     label = f"{kind} ({stage})" if kind != "rejected" else "rejected (verifier)"
     if stage == "promotion" and style["marker"] != "x":
         style.update(edgecolors="black", linewidths=0.8)

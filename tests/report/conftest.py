@@ -80,7 +80,8 @@ def make_promoted_result() -> dict[str, Any]:
         ("reference", "ok", 0.21, {}),
         ("search", "ok", 0.15, {"changed": {"micro_batch": [1, 4]}}),
         ("search", "oom", None, {"changed": {"micro_batch": [1, 32]}, "reason": "CUDA out of memory"}),
-        ("search", "ok", 0.114, {"changed": {"micro_batch": [1, 16]}, "patches": ["fused_qkv.diff"]}),
+        ("search", "ok", 0.114, {"changed": {"micro_batch": [1, 16]},
+                                 "patches": ["fused_qkv.diff"]}),
         ("promotion", "ok", 0.21, {}),
         ("promotion", "ok", 0.1141, {"changed": {"micro_batch": [1, 16]}, "patches": ["fused_qkv.diff"]}),
     ])
@@ -90,7 +91,8 @@ def make_promoted_result() -> dict[str, Any]:
     r["reason"] = f"promoted: paired speedup {speedup:.2f}x clears margin 0.6%"
     r["promoted"] = {"config": {**REF_CFG, "micro_batch": 16}, "changed": {"micro_batch": [1, 16]},
                      "patches": ["fused_qkv.diff"],
-                     "diff": "--- a/model.py\n+++ b/model.py\n@@ -1 +1 @@\n-q = self.q(x); k = self.k(x)\n+qkv = self.qkv(x)\n",
+                     "diff": ("--- a/model.py\n+++ b/model.py\n@@ -1 +1 @@\n"
+                              "-q = self.q(x); k = self.k(x)\n+qkv = self.qkv(x)\n"),
                      "step_time_s": 0.114, "speedup": speedup, "verdicts": _verdicts()}
     fpt, tok, peak = 6.0e8, 65536, 989.5e12
     r["mfu"] = {"formula": "MFU = tokens/s x flops_per_token / (devices x peak)", "flops_per_token": fpt,
@@ -109,7 +111,8 @@ def make_promoted_result() -> dict[str, Any]:
 def make_null_result() -> dict[str, Any]:
     """A 1.00x campaign: nothing promoted, MFU unknown, no memory data, cost fields null."""
     ref = 0.2
-    trials = _trials(ref, [("reference", "ok", 0.2, {}), ("search", "ok", 0.201, {"changed": {"dtype": ["fp32", "bf16"]}})])
+    trials = _trials(ref, [("reference", "ok", 0.2, {}),
+                           ("search", "ok", 0.201, {"changed": {"dtype": ["fp32", "bf16"]}})])
     r = _base(ref, trials)
     r.update(delivered_speedup=1.0, reason="no candidate beat the promotion margin 0.6%", promoted=None, mfu=None,
              memory_table=None, refused_patches=None, rejections_by_layer=None, search=None)
@@ -130,7 +133,7 @@ def make_rejected_result() -> dict[str, Any]:
                                      "reason": "update 1: 32768 tokens, expected 65536"}),
         ("search", "oom", None, {"changed": {"micro_batch": [1, 64]}, "reason": "CUDA out of memory"}),
         ("search", "oom", None, {"changed": {"micro_batch": [1, 32]}, "reason": "CUDA out of memory"}),
-        ("search", "rejected", 0.25, {"patches": ["skip_norm.diff"], "layer": "L4",
+        ("search", "rejected", None, {"patches": ["skip_norm.diff"], "layer": "L4",
                                       "reason": "window loss 3.1 vs reference 2.9 beyond tolerance 3%"}),
         ("search", "crash", None, {"patches": ["bad.diff"], "reason": "exit code 1 after 0/30 updates"}),
         ("search", "timeout", None, {"changed": {"dtype": ["fp32", "bf16"]}, "reason": "timed out"}),
