@@ -44,6 +44,7 @@ from surrogate._blas import single_threaded
 from surrogate._linalg import chol_lower
 from surrogate._validate import as_matrix, broadcast_param
 from surrogate.errors import SurrogateError
+from surrogate.priors import PriorRevision, empirical_bayes_revision
 
 KINDS = ("exact", "oom", "near_cap")
 #: Lower edge of the near-capacity interval, as a fraction of capacity.
@@ -150,6 +151,7 @@ class TobitMemoryModel:
         self.tol = float(tol)
         self._prior_mean_arg = prior_mean
         self._prior_var_arg = prior_var
+        self._declared = (prior_mean, prior_var)
         self._theta: np.ndarray | None = None
         self._L: np.ndarray | None = None
         self._d: int | None = None
@@ -159,9 +161,17 @@ class TobitMemoryModel:
 
     # ----------------------------------------------------------------- priors
     def _resolve_prior(
-        self, d: int, y: np.ndarray, kinds: np.ndarray
+        self,
+        d: int,
+        y: np.ndarray,
+        kinds: np.ndarray,
+        args: tuple[ArrayLike | None, ArrayLike | None] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Prior mean and variance of theta = (b0, beta), length d + 1."""
+        """Prior mean and variance of theta = (b0, beta), length d + 1.
+
+        ``args`` is a (prior_mean, prior_var) pair in the constructor's
+        conventions; default: the prior currently in force.
+        """
         C = self.capacity_gib
         exact = kinds == 0
         if np.any(exact):
@@ -175,9 +185,10 @@ class TobitMemoryModel:
         m0 = np.zeros(d + 1)
         v0 = np.full(d + 1, (0.5 * C) ** 2)
         m0[0], v0[0] = centre, C * C
+        mean_arg, var_arg = (self._prior_mean_arg, self._prior_var_arg) if args is None else args
         for arg, target, name, positive in (
-            (self._prior_mean_arg, m0, "prior_mean", False),
-            (self._prior_var_arg, v0, "prior_var", True),
+            (mean_arg, m0, "prior_mean", False),
+            (var_arg, v0, "prior_var", True),
         ):
             if arg is None:
                 continue
@@ -199,6 +210,41 @@ class TobitMemoryModel:
         if self._d is not None:
             self.fit(self._X, self._y, [KINDS[k] for k in self._kinds])
         return self
+
+    @single_threaded
+    def revise_prior(self, min_informed: int = 3, max_slope: float = 2.0) -> PriorRevision:
+        """Empirical-Bayes revision of the declared per-feature GiB priors, refitting in place.
+
+        Fits the model once under a vague prior to see what the data alone say
+        about each feature, fits the calibration line measured ~ a + b *
+        declared over the features the data inform
+        (:func:`surrogate.priors.empirical_bayes_revision`, slope clipped to
+        [0, max_slope]), moves every declared feature prior onto it (so
+        unmeasured settings inherit the correction), and refits.  The
+        intercept prior is left as declared.  Always starts from the
+        constructor's declared prior, so repeating it does not compound.
+
+        Returns: the :class:`PriorRevision` (feature parts only).
+        Raises: SurrogateError if the model has not been fitted.
+        """
+        self._require_fit()
+        d, C = int(self._d or 0), self.capacity_gib
+        m_decl, v_decl = self._resolve_prior(d, self._y, self._kinds, self._declared)
+        vague = TobitMemoryModel(C, np.r_[m_decl[0], np.zeros(d)], np.r_[v_decl[0], np.full(d, 4 * C * C)],
+                                 sigma_obs_frac=self.sigma_obs / C)
+        vague.fit(self._X, self._y, [KINDS[k] for k in self._kinds])
+        est, sd = vague.coef_mean, vague.coef_sd
+        rev = empirical_bayes_revision(
+            m_decl[1:], np.sqrt(v_decl[1:]), est, sd * sd, sd < C,
+            sigma_min=self.sigma_obs, min_informed=min_informed, max_slope=max_slope,
+        )
+        decl_mean = self._declared[0]
+        has_b0 = decl_mean is not None and np.ndim(decl_mean) == 1 and np.shape(decl_mean)[0] == d + 1
+        if has_b0:
+            self.set_prior(np.r_[m_decl[0], rev.mean], np.r_[v_decl[0], rev.sd**2])
+        else:
+            self.set_prior(rev.mean, rev.sd**2)
+        return rev
 
     # ---------------------------------------------------------------- fitting
     @single_threaded

@@ -125,16 +125,12 @@ class NoiseModel:
         )
 
 
-def _check_run(run: ArrayLike, index: int) -> np.ndarray:
+def _check_run(run: ArrayLike, name: str) -> np.ndarray:
     t = np.asarray(run, dtype=np.float64).reshape(-1)
     if t.size < MIN_STEPS_PER_RUN:
-        raise SurrogateError(
-            f"reference_runs[{index}]: needs at least {MIN_STEPS_PER_RUN} steps, got {t.size}"
-        )
+        raise SurrogateError(f"{name}: needs at least {MIN_STEPS_PER_RUN} steps, got {t.size}")
     if not np.all(np.isfinite(t)) or np.any(t <= 0):
-        raise SurrogateError(
-            f"reference_runs[{index}]: step times must be finite and > 0 seconds"
-        )
+        raise SurrogateError(f"{name}: step times must be finite and > 0 seconds")
     return t
 
 
@@ -168,9 +164,26 @@ def window_log_mean(step_times: ArrayLike, spike_z: float = 6.0, spike_frac: flo
     Raises:
         SurrogateError: too few steps, or a non-finite / non-positive time.
     """
-    logt = np.log(_check_run(step_times, 0))
+    logt = np.log(_check_run(step_times, "step_times"))
     clipped, _, _ = _winsorize(logt, spike_z, spike_frac)
     return float(clipped.mean())
+
+
+def paired_log_speedup(
+    reference_steps: ArrayLike,
+    candidate_steps: ArrayLike,
+    spike_z: float = 6.0,
+    spike_frac: float = 0.01,
+) -> float:
+    """ln(T_ref / T_cand) from two runs' step times, with the calibration's window statistic.
+
+    Positive means the candidate is faster.  Compare it with ``sigma_pair``
+    (and ``big_knob_gate``) of a :class:`NoiseModel` calibrated with the same
+    spike parameters.  Raises SurrogateError on invalid step times.
+    """
+    return window_log_mean(reference_steps, spike_z, spike_frac) - window_log_mean(
+        candidate_steps, spike_z, spike_frac
+    )
 
 
 def calibrate(
@@ -198,7 +211,7 @@ def calibrate(
     """
     if isinstance(reference_runs, np.ndarray) and reference_runs.ndim == 1:
         raise SurrogateError("reference_runs: expected a sequence of runs, got one 1-D array")
-    runs = [_check_run(r, i) for i, r in enumerate(reference_runs)]
+    runs = [_check_run(r, f"reference_runs[{i}]") for i, r in enumerate(reference_runs)]
     k = len(runs)
     if k < 2:
         raise SurrogateError(f"reference_runs: needs at least 2 runs, got {k}")

@@ -246,6 +246,19 @@ class BayesLinearTimeModel:
         return self
 
     @single_threaded
+    def set_noise_var(self, noise_var: float) -> "BayesLinearTimeModel":
+        """Replace the observation noise variance (e.g. after re-calibration) and re-solve.
+
+        Returns self.  Raises SurrogateError unless noise_var is finite and > 0.
+        """
+        if not (math.isfinite(noise_var) and noise_var > 0):
+            raise SurrogateError(f"noise_var: must be finite and > 0, got {noise_var!r}")
+        self.noise_var = float(noise_var)
+        if self._d is not None:
+            self._solve()
+        return self
+
+    @single_threaded
     def data_estimates(self, vague_var: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """What the data alone say about each coefficient.
 

@@ -216,6 +216,26 @@ def test_warm_start_and_set_prior_give_the_same_optimum(censored_history) -> Non
     np.testing.assert_allclose(warm.coef_mean, cold.coef_mean, atol=1e-6)
 
 
+def test_revise_prior_corrects_understated_declared_gib_for_unmeasured_settings() -> None:
+    rng = np.random.default_rng(6)
+    d = 12
+    true = rng.normal(0, 6, d)
+    declared = 0.5 * true + rng.normal(0, 0.3, d)  # the bank/LLM halves every effect
+    X = (rng.random((200, d)) < 0.3).astype(float)
+    X[:, 9:] = 0.0  # settings 9..11 never tried
+    m = 50 + X @ true + rng.normal(0, SIG, 200)
+    kind = np.where(m > C, "oom", np.where(m > 0.9 * C, "near_cap", "exact"))
+    y = np.where(m > C, C + 0.5 * (m - C), m)
+    model = TobitMemoryModel(C, declared, 4.0).fit(X, y, kind)
+    err_before = np.abs(model.coef_mean[9:] - true[9:]).mean()
+    rev = model.revise_prior()
+    assert rev.revised and rev.n_informed == 9
+    assert rev.slope == pytest.approx(2.0, abs=0.3)
+    assert np.abs(model.coef_mean[9:] - true[9:]).mean() < 0.5 * err_before
+    assert model.revise_prior().slope == pytest.approx(rev.slope)  # does not compound
+    assert model.n_obs_ == 200
+
+
 @pytest.mark.parametrize(
     "args, match",
     [

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from surrogate import NoiseModel, SurrogateError, calibrate, window_log_mean
+from surrogate.noise import paired_log_speedup
 
 STEP = 0.8  # seconds per update of the synthetic workload
 
@@ -120,6 +121,18 @@ def test_record_of_computation_is_complete_and_serialisable() -> None:
     d = json.loads(json.dumps(nm.to_dict()))
     assert d["n_runs"] == 3 and len(d["window_means_s"]) == 3
     assert "sigma_pair" in nm.describe() and "promotion margin" in nm.describe()
+
+
+def test_paired_log_speedup_uses_the_calibration_statistic() -> None:
+    rng = np.random.default_rng(12)
+    ref, cand = dedicated_runs(rng, k=2)
+    cand = cand / 1.05  # 5% faster
+    cand[10] *= 30.0  # one hiccup does not hide the gain
+    s = paired_log_speedup(ref, cand)
+    assert s == pytest.approx(math.log(1.05), abs=0.003)
+    assert s == pytest.approx(window_log_mean(ref) - window_log_mean(cand))
+    with pytest.raises(SurrogateError, match="step_times"):
+        paired_log_speedup(ref, cand[:2])
 
 
 @pytest.mark.parametrize(

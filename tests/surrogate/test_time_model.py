@@ -163,6 +163,20 @@ def test_bad_shapes_raise_surrogate_error(call, match: str) -> None:
         call(m)
 
 
+def test_set_noise_var_resolves_and_matches_a_fresh_fit() -> None:
+    rng = np.random.default_rng(6)
+    X = design(rng, 40, 5)
+    y = X @ rng.normal(0, 0.05, 5) + rng.normal(0, 0.01, 40)
+    m = BayesLinearTimeModel(0.0, 0.01, 1e-2).fit(X, y)
+    loose = m.coef_mean
+    m.set_noise_var(1e-4)
+    fresh = BayesLinearTimeModel(0.0, 0.01, 1e-4).fit(X, y)
+    np.testing.assert_allclose(m.coef_mean, fresh.coef_mean, atol=1e-12)
+    assert not np.allclose(loose, fresh.coef_mean, atol=1e-3)
+    with pytest.raises(SurrogateError, match="noise_var"):
+        m.set_noise_var(-1.0)
+
+
 def test_bad_constructor_arguments() -> None:
     with pytest.raises(SurrogateError, match="noise_var"):
         BayesLinearTimeModel(0.0, 0.01, 0.0)
