@@ -9,11 +9,29 @@ identifies a Slurm job, because Slurm reuses ids).
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import Any
 
 from sqlalchemy import (
-    JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String, Text, UniqueConstraint,
+    JSON, Boolean, DateTime, TypeDecorator, Float, ForeignKey, Index, Integer, LargeBinary, String, Text, UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class UTCDateTime(TypeDecorator):
+    """A timezone-aware UTC timestamp on every backend (SQLite drops tzinfo; it is restored on load)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value
 
 
 def utcnow() -> datetime:
@@ -37,7 +55,7 @@ class Workload(Base):
     contract_digest: Mapped[str] = mapped_column(String(64))
     partition: Mapped[str | None] = mapped_column(String(100), nullable=True)
     max_concurrent: Mapped[int] = mapped_column(Integer, default=1)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class Campaign(Base):
@@ -65,8 +83,8 @@ class Campaign(Base):
     result_json: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     delivered_speedup: Mapped[float | None] = mapped_column(Float, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
 
     trials: Mapped[list["Trial"]] = relationship(back_populates="campaign", order_by="Trial.seq")
 
@@ -103,7 +121,7 @@ class Trial(Base):
     partition: Mapped[str | None] = mapped_column(String(100), nullable=True)
     attempt: Mapped[int] = mapped_column(Integer, default=1)
     outdir: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
     campaign: Mapped[Campaign] = relationship(back_populates="trials")
 
@@ -118,7 +136,7 @@ class Receipt(Base):
     raw: Mapped[bytes] = mapped_column(LargeBinary)
     signature: Mapped[str | None] = mapped_column(String(128), nullable=True)
     signature_ok: Mapped[bool] = mapped_column(Boolean, default=False)
-    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class Verdict(Base):
@@ -169,7 +187,7 @@ class CostEntry(Base):
     gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     llm_tokens: Mapped[int] = mapped_column(Integer, default=0)
     failure_class: Mapped[str | None] = mapped_column(String(20), nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class Event(Base):
@@ -183,7 +201,7 @@ class Event(Base):
     trial_id: Mapped[int | None] = mapped_column(ForeignKey("trials.id"), nullable=True)
     kind: Mapped[str] = mapped_column(String(40))
     payload: Mapped[dict | None] = mapped_column(JSON, nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class Experience(Base):
@@ -201,4 +219,4 @@ class Experience(Base):
     log_speedup: Mapped[float | None] = mapped_column(Float, nullable=True)
     mem_delta_gib: Mapped[float | None] = mapped_column(Float, nullable=True)
     verified: Mapped[bool] = mapped_column(Boolean, default=False)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -1,0 +1,118 @@
+"""The SQL store on SQLite and PostgreSQL: round-trips, ingestion atomicity, finops views, leader lock."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.store import open_store
+from controller.store.records import Ingest, VerdictItem
+
+
+def _campaign(store, name="c1", owner="alice", partition="gpu", speedup=None):
+    return store.create_campaign(name=name, owner=owner, contract_path="/c/infrarsi.yaml", contract_yaml="name: x",
+                                 contract_digest="d" * 64, repo_path="/r", workdir="/w", executor="slurm",
+                                 partition=partition, budget_gpu_hours=10.0, budget_trials=20, seed=3)
+
+
+def _trial(store, cid, key, stage="search", gpus=1):
+    return store.add_trial_intent(cid, key, stage, {"mb": 4}, ["p.diff"], "sig-" + key, "slurm", f"/o/{key}", gpus,
+                                  "gpu", group_key=None)
+
+
+def _ingest(store, tid, outcome, gpu_seconds, layer=None):
+    verdicts = (VerdictItem("completes", "L1", "pass", True, "ok"),
+                VerdictItem("loss_within_tolerance", "L4", "fail" if layer == "L4" else "pass", True, "r"))
+    return store.ingest(tid, Ingest(outcome=outcome, reason=f"{outcome} reason", receipt_raw=b'{"x": 1}',
+                                    signature_ok=True, verdicts=verdicts, step_time_s=0.5 if outcome == "ok" else None,
+                                    peak_mem_gib=3.0, censor_kind="oom" if outcome == "oom" else "exact",
+                                    oom_shortfall_gib=1.5 if outcome == "oom" else None, accepted=outcome == "ok",
+                                    first_failed_layer=layer, details={"k": [1, 2]}, gpu_seconds=gpu_seconds,
+                                    start_time=100.0, end_time=100.0 + gpu_seconds))
+
+
+@pytest.fixture
+def store(any_url):
+    return open_store(any_url, auto_upgrade=True)
+
+
+def test_roundtrip_every_table(store) -> None:
+    w = store.register_workload("gpt", "admin", "name: gpt", "a" * 64, "gpu", 4)
+    assert store.get_workload("gpt") == w and store.get_workload(w.id) == w
+    w2 = store.register_workload("gpt", "admin", "name: gpt2", "b" * 64, "gpu", 8)
+    assert w2.id == w.id and w2.max_concurrent == 8 and len(store.list_workloads()) == 1
+    c = _campaign(store)
+    assert store.get_campaign(c.id).seed == 3 and c.state == "init"
+    c = store.update_campaign(c.id, state="run", scope={"commit": "abc"}, doctor={"t0": 1.0})
+    assert c.scope == {"commit": "abc"} and c.doctor == {"t0": 1.0}
+    t = _trial(store, c.id, "k1")
+    assert t.status == "intent" and t.seq == 1 and t.config == {"mb": 4} and t.patches == ["p.diff"]
+    assert _trial(store, c.id, "k1").id == t.id  # idempotent by trial key
+    t = store.mark_submitted(t.id, "42", 1234.5)
+    assert (t.status, t.job_id, t.submit_time) == ("submitted", "42", 1234.5)
+    assert [x.id for x in store.live_trials([c.id])] == [t.id]
+    t = store.mark_resubmitted(t.id, "43", 1240.0, "PREEMPTED")
+    assert t.attempt == 2 and t.job_id == "43"
+    store.mark_finished(t.id, "ok", "done", 1.0, 2.0)
+    assert _ingest(store, t.id, "ok", 7200.0) is True
+    assert _ingest(store, t.id, "ok", 7200.0) is False  # idempotent
+    obs = store.observations(c.id)[t.id]
+    assert obs.step_time_s == 0.5 and obs.details == {"k": [1, 2]} and obs.accepted
+    assert [v.invariant for v in store.verdicts(t.id)] == ["completes", "loss_within_tolerance"]
+    assert store.receipt_raw(t.id) == b'{"x": 1}'
+    assert store.get_trial(t.id).status == "ingested" and not store.live_trials()
+    store.add_llm_cost(c.id, "search", 1234)
+    costs = store.cost_by_stage(c.id)
+    assert sum(r["llm_tokens"] for r in costs) == 1234 and sum(r["gpu_hours"] for r in costs) == pytest.approx(2.0)
+    store.add_experience([{"workload_class": "gpt", "gpu": "h200", "knob": "mb", "value": "8", "log_speedup": 0.3,
+                           "mem_delta_gib": 1.0, "verified": True, "campaign_id": c.id}])
+    assert store.experience(gpu="h200")[0]["log_speedup"] == 0.3
+    kinds = [e["kind"] for e in store.events(c.id)]
+    assert kinds[:3] == ["campaign.created", "campaign.state", "trial.intent"] and "trial.ingested" in kinds
+    receipts = store.list_receipts(c.id)
+    assert receipts[0].trial_id == "k1" and receipts[0].raw == b'{"x": 1}'
+
+
+def test_finops_views_match_hand_computation(store) -> None:
+    a = _campaign(store, "a", "alice", "gpu")
+    b = _campaign(store, "b", "bob", "debug")
+    plan = [  # (campaign, stage, outcome, gpu_seconds, layer)
+        (a, "reference", "ok", 3600, None), (a, "search", "ok", 1800, None), (a, "search", "oom", 900, None),
+        (a, "search", "oom", 2700, None), (a, "search", "crash", 360, None), (a, "search", "rejected", 720, "L4"),
+        (a, "promotion", "ok", 1440, None), (a, "promotion", "rejected", 180, "L5"),
+        (b, "search", "crash", 7200, None), (b, "search", "timeout", 3600, None), (b, "search", "ok", 3600, None),
+    ]
+    for i, (c, stage, outcome, secs, layer) in enumerate(plan):
+        t = _trial(store, c.id, f"t{i}", stage)
+        store.mark_submitted(t.id, str(i), float(i))
+        _ingest(store, t.id, outcome, float(secs), layer)
+    store.update_campaign(a.id, delivered_speedup=1.25)
+    store.update_campaign(b.id, delivered_speedup=1.0)
+    failed = {(r["campaign"], r["owner"], r["partition"], r["stage"], r["failure_class"]): (r["trials"], r["gpu_hours"])
+              for r in store.finops("failed")}
+    assert failed == {
+        ("a", "alice", "gpu", "search", "oom"): (2, pytest.approx(1.0)),
+        ("a", "alice", "gpu", "search", "crash"): (1, pytest.approx(0.1)),
+        ("a", "alice", "gpu", "search", "rejected"): (1, pytest.approx(0.2)),
+        ("a", "alice", "gpu", "promotion", "rejected"): (1, pytest.approx(0.05)),
+        ("b", "bob", "gpu", "search", "crash"): (1, pytest.approx(2.0)),
+        ("b", "bob", "gpu", "search", "timeout"): (1, pytest.approx(1.0)),
+    }
+    cost = {r["campaign"]: r for r in store.finops("campaign_cost")}
+    assert cost["a"]["gpu_hours"] == pytest.approx((3600 + 1800 + 900 + 2700 + 360 + 720 + 1440 + 180) / 3600)
+    assert cost["a"]["failed_gpu_hours"] == pytest.approx((900 + 2700 + 360) / 3600)
+    assert cost["a"]["rejected_gpu_hours"] == pytest.approx((720 + 180) / 3600)
+    assert cost["b"]["gpu_hours"] == pytest.approx(4.0) and cost["b"]["entries"] == 3
+    per = {r["campaign"]: r for r in store.finops("cost_per_pct")}
+    assert per["a"]["verified_pct"] == pytest.approx(25.0)
+    assert per["a"]["gpu_hours_per_pct"] == pytest.approx(cost["a"]["gpu_hours"] / 25.0)
+    assert per["b"]["gpu_hours_per_pct"] is None  # 1.00x: no verified percent to divide by
+
+
+def test_leader_lock_is_exclusive(any_url: str) -> None:
+    s1, s2 = open_store(any_url, auto_upgrade=True), open_store(any_url, auto_upgrade=True)
+    with s1.leader_lock() as first:
+        assert first is True
+        with s2.leader_lock() as second:
+            assert second is False
+    with s2.leader_lock() as again:
+        assert again is True
