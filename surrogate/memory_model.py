@@ -158,6 +158,7 @@ class TobitMemoryModel:
         self.n_iter_ = 0
         self.converged_ = False
         self.n_obs_ = 0
+        self.log_posterior_ = float("nan")
 
     # ----------------------------------------------------------------- priors
     def _resolve_prior(
@@ -293,11 +294,15 @@ class TobitMemoryModel:
         yv = np.where(needs_y, yv, 0.0)
 
         warm = self._theta if (warm_start and self._d == d) else None
-        self._X, self._y, self._kinds, self._d = A, yv, kinds, d
-        self.n_obs_ = n
         m0, v0 = self._resolve_prior(d, yv, kinds)
+        theta, L, n_iter, converged, logpost = self._newton(
+            np.hstack([np.ones((n, 1)), A]), yv, kinds, m0, v0, warm
+        )
+        # commit the new state only once everything has succeeded
+        self._X, self._y, self._kinds, self._d = A, yv, kinds, d
         self._m0, self._v0 = m0, v0
-        self._newton(np.hstack([np.ones((n, 1)), A]), yv, kinds, m0, v0, warm)
+        self._theta, self._L = theta, L
+        self.n_obs_, self.n_iter_, self.converged_, self.log_posterior_ = n, n_iter, converged, logpost
         return self
 
     def _newton(
@@ -308,7 +313,12 @@ class TobitMemoryModel:
         m0: np.ndarray,
         v0: np.ndarray,
         warm: np.ndarray | None,
-    ) -> None:
+    ) -> tuple[np.ndarray, np.ndarray, int, bool, float]:
+        """Damped Newton ascent of the log posterior.
+
+        Returns (theta_map, cholesky factor of the negative Hessian at it,
+        iterations, converged, log posterior at theta_map).
+        """
         s2 = self.sigma_obs**2
         C = self.capacity_gib
         p0 = 1.0 / v0
@@ -371,11 +381,7 @@ class TobitMemoryModel:
                 _, g, h = _censored_terms(mu_c, yc, is_oom, C, self.sigma_obs)
                 H += (Zc.T * (-h)) @ Zc
             L = chol_lower(H)
-        self._theta = theta
-        self._L = L
-        self.n_iter_ = it
-        self.converged_ = converged
-        self.log_posterior_ = f
+        return theta, L, it, converged, f
 
     # ------------------------------------------------------------- prediction
     def _require_fit(self) -> None:

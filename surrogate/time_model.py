@@ -105,11 +105,13 @@ class BayesLinearTimeModel:
             raise SurrogateError(f"X: expected {self._d} feature columns, got {d}")
 
     def _solve(self) -> None:
+        """Refactor the precision from the sufficient statistics; state changes only on success."""
         P = self._XtX / self.noise_var
         P[np.diag_indices_from(P)] += 1.0 / self._var0
-        self._L = _chol_lower(P)
-        self._rhs = self._mu0 / self._var0 + self._Xty / self.noise_var
-        self._mean = linalg.cho_solve((self._L, True), self._rhs, check_finite=False)
+        L = _chol_lower(P)
+        rhs = self._mu0 / self._var0 + self._Xty / self.noise_var
+        self._mean = linalg.cho_solve((L, True), rhs, check_finite=False)
+        self._L, self._rhs = L, rhs
 
     # --------------------------------------------------------------- fitting
     @single_threaded
@@ -132,11 +134,16 @@ class BayesLinearTimeModel:
             A = as_matrix(X, "X", self._d)
             v = as_vector(y, A.shape[0], "y")
             self._require_dim(A.shape[1])
+        saved = (self._XtX, self._Xty, self._yty, self._n)
         self._XtX = A.T @ A
         self._Xty = A.T @ v
         self._yty = float(v @ v)
         self._n = A.shape[0]
-        self._solve()
+        try:
+            self._solve()
+        except SurrogateError:
+            self._XtX, self._Xty, self._yty, self._n = saved  # keep the previous posterior
+            raise
         return self
 
     @single_threaded

@@ -261,3 +261,18 @@ def test_bad_construction_and_use_before_fit() -> None:
     model = TobitMemoryModel(C).fit(np.zeros((1, 2)), [10.0], ["exact"])
     with pytest.raises(SurrogateError, match="expected 2 feature columns"):
         model.predict(np.zeros((1, 3)))
+
+
+def test_rejected_refit_keeps_the_previous_posterior(censored_history) -> None:
+    X, y, kind, _, _ = censored_history
+    model = TobitMemoryModel(C).fit(X, y, kind)
+    before = model.predict(X[:5])
+    bad_kind = list(kind)
+    bad_kind[-1] = "segfault"
+    with pytest.raises(SurrogateError):
+        model.fit(X[:, :3], y, bad_kind)
+    with pytest.raises(SurrogateError):
+        TobitMemoryModel(C, prior_var=np.ones(3)).fit(X, y, kind)
+    after = model.predict(X[:5])
+    np.testing.assert_array_equal(before[0], after[0])
+    assert model.n_obs_ == len(y)
