@@ -82,6 +82,26 @@ def test_sigma_pair_predicts_spread_of_fresh_paired_comparisons() -> None:
     assert 0.6 * observed < nm.sigma_pair < 1.6 * observed
 
 
+def test_short_compiled_trials_gate_on_rerun_spread_not_within_run_spread() -> None:
+    """shared/notes/gpu.md: 16-update trials, ~1% split-half, ~3% between fresh runs."""
+    hits, sigmas = 0, []
+    for seed in range(20):
+        rng = np.random.default_rng(200 + seed)
+        runs = [
+            np.exp(math.log(0.33) + rng.normal(0, 0.03 / math.sqrt(2)) + rng.normal(0, 0.012, 16))
+            for _ in range(4)
+        ]
+        nm = calibrate(runs)
+        assert nm.sigma_pair >= nm.sigma_between - 1e-15
+        assert nm.sigma_pair > nm.sigma_split_half
+        hits += nm.source == "between"
+        sigmas.append(nm.sigma_pair)
+    assert hits >= 15
+    # four runs give 3 degrees of freedom: single estimates scatter, the median sits near 3%
+    assert 0.02 < float(np.median(sigmas)) < 0.04
+    assert min(sigmas) > 0.005
+
+
 def test_single_step_spike_is_clipped_and_does_not_move_sigma() -> None:
     runs = dedicated_runs(np.random.default_rng(3), k=4)
     base = calibrate(runs)
