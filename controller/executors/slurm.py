@@ -146,7 +146,12 @@ class SlurmExecutor(Executor):
             shutil.copyfile(spec.key_file, key_copy)
             os.chmod(key_copy, 0o600)
         t0 = time.time()
-        job_id = self.cli.sbatch(str(outdir / "job.sbatch"))
+        try:
+            job_id = self.cli.sbatch(str(outdir / "job.sbatch"))
+        except ExecutorError:
+            if key_copy is not None:
+                key_copy.unlink(missing_ok=True)
+            raise
         handle = JobHandle(trial_id=spec.trial_id, backend=self.backend, job_id=job_id,
                            submit_time=t0, outdir=str(outdir))
         self._write_meta(handle, {
@@ -230,6 +235,9 @@ class SlurmExecutor(Executor):
             done = self._final.get(h.trial_id)
             if done is not None and done.handle.key == h.key:
                 out[h.trial_id] = done
+            elif h.backend != self.backend or not h.job_id.isdigit():
+                out[h.trial_id] = JobStatus(handle=h, state="lost",
+                                            reason=f"handle {h.job_id!r} is not a Slurm job (backend {h.backend!r})")
             else:
                 live.append(h)
         if not live:

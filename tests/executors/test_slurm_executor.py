@@ -204,3 +204,78 @@ def test_reused_job_id_is_not_mistaken_for_ours(tmp_path: Path, standin: list[st
     (tmp_path / "old" / "receipt.json").write_text(json.dumps({"wrapper": {"exit_code": 0, "signal": None}}))
     ex2 = _ex(tmp_path, standin, runner=fake, backoff=(), steady_interval_s=0.0)
     assert ex2.poll([h])["old"].outcome == "ok"
+
+
+DDP_JOB = '''
+import json, os, sys
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(1) * (dist.get_rank() + 1)
+dist.all_reduce(t)
+if dist.get_rank() == 0:
+    json.dump({"world": dist.get_world_size(), "sum": t.item(), "argv": sys.argv[1:]}, open(os.environ["KNOB_OUT"], "w"))
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.slurm
+def test_torchrun_templates_run_a_real_rendezvous(slurm_cluster: str, slurm_tmp: Path, standin: list[str],
+                                                  wait_all: Waiter) -> None:
+    """Single-node torchrun with 2 (fake) GPUs -> 2 ranks; the multi-node template
+    (srun + c10d rendezvous on the first node) on a 1-node allocation."""
+    pytest.importorskip("torch")
+    script = slurm_tmp / "ddp.py"
+    script.write_text(DDP_JOB)
+    ex = _ex(slurm_tmp, standin)
+    hs = [
+        ex.submit(_spec(slurm_tmp, "tr", [str(script), INJECT[0]], launcher="torchrun", gpus_per_node=2,
+                        partition="gpu", env=(("KNOB_OUT", str(slurm_tmp / "tr.json")),))),
+        ex.submit(_spec(slurm_tmp, "mn", [str(script), INJECT[1]], launcher="torchrun-multinode", nodes=1,
+                        gpus_per_node=1, partition="gpu", env=(("KNOB_OUT", str(slurm_tmp / "mn.json")),))),
+    ]
+    st = wait_all(ex, hs, timeout=120)
+    assert all(s.outcome == "ok" for s in st.values()), {k: v.reason for k, v in st.items()}
+    tr = json.loads((slurm_tmp / "tr.json").read_text())
+    mn = json.loads((slurm_tmp / "mn.json").read_text())
+    assert (tr["world"], tr["sum"], tr["argv"]) == (2, 3.0, [INJECT[0]])
+    assert (mn["world"], mn["sum"], mn["argv"]) == (1, 1.0, [INJECT[1]])
+
+
+def test_pyslurm_requested_but_absent_falls_back_to_the_cli(tmp_path: Path, standin: list[str]) -> None:
+    try:
+        import pyslurm  # noqa: F401
+        pytest.skip("pyslurm is importable here; the fallback is not exercised")
+    except ImportError:
+        pass
+    fake = ScriptedSlurm()
+    ex = _ex(tmp_path, standin, runner=fake, backoff=(), steady_interval_s=0.0, use_pyslurm=True)
+    h = ex.submit(_spec(tmp_path, "p", [PY, "-c", "pass"]))
+    assert ex.poll([h])["p"].state == "running"
+    assert ex.use_pyslurm is False and any(a[0] == "squeue" for a in fake.argvs)
+
+
+@pytest.mark.slurm
+def test_pyslurm_queue_rows_match_squeue(slurm_cluster: str, slurm_tmp: Path, standin: list[str],
+                                         wait_all: Waiter) -> None:
+    pytest.importorskip("pyslurm", reason="pyslurm needs a build matching the installed Slurm")
+    ex = _ex(slurm_tmp, standin, use_pyslurm=True)
+    h = ex.submit(_spec(slurm_tmp, "ps", [PY, "-c", "print('x')"]))
+    st = wait_all(ex, [h], timeout=60)["ps"]
+    assert st.outcome == "ok" and ex.cli.calls.get("pyslurm.Jobs.load", 0) >= 1
+
+
+def test_sbatch_failure_is_an_executor_error(tmp_path: Path, standin: list[str]) -> None:
+    from controller.errors import ExecutorError
+
+    def refuse(argv: Sequence[str]) -> "subprocess.CompletedProcess[str]":
+        return subprocess.CompletedProcess(list(argv), 1, "", "sbatch: error: invalid partition specified: nope\n")
+
+    ex = _ex(tmp_path, standin, runner=refuse)
+    key = tmp_path / "k"
+    key.write_bytes(b"x")
+    with pytest.raises(ExecutorError, match="invalid partition"):
+        ex.submit(_spec(tmp_path, "bad", [PY, "-c", "pass"], partition="nope", key_file=key))
+    assert not (tmp_path / "state" / "keys").exists() or not list((tmp_path / "state" / "keys").iterdir())
+    local = JobHandle(trial_id="l", backend="local", job_id="local-abc", submit_time=time.time(), outdir=str(tmp_path))
+    assert ex.poll([local])["l"].state == "lost"
