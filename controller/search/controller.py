@@ -95,6 +95,7 @@ class SearchController:
         self.escapes = 0
         self.blame_log: list[str] = []
         self.pre_execution_rejections = 0
+        self.proposed_by: dict[Candidate, str] = {}  # operator that proposed each asked candidate (reports only)
         self.pool = proposals.Pool(self)
         self.starts = proposals.initial_starts(self)
 
@@ -195,6 +196,7 @@ class SearchController:
                 continue
             taken.add(cand)
             out.append(cand)
+            self.proposed_by[cand] = op
         for c in out:
             self.outstanding[c] = None  # registered as visited before execution
         return out
@@ -217,6 +219,7 @@ class SearchController:
             self._maybe_add_pairs(cand, outcome)
         improved = False
         tag = self.queue_tags.get(cand, "")
+        old_incumbent = self.incumbent
         if outcome.status == "ok":
             y = log_speedup(self.t0, outcome.step_time_s)
             improved = y > self.incumbent_y + self.gate
@@ -226,7 +229,7 @@ class SearchController:
                 if improved:
                     proposals.on_improvement(self, old, cand)
             if tag.startswith("backtrack"):
-                proposals.on_backtrack_ok(self, cand)
+                proposals.on_backtrack_ok(self, cand, old_incumbent)
         else:
             self._tabu_move(cand)
             if outcome.status == "oom":
@@ -237,6 +240,8 @@ class SearchController:
             self._tabu_move(cand)
         if cand not in self.starts:
             self.stall = 0 if improved else self.stall + 1
+        if self.stall >= int(self.tune["stall_trials"]):
+            self.escapes += 1
 
     def _tabu_move(self, cand: Candidate) -> None:
         big = self.big_knobs()

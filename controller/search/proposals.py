@@ -240,19 +240,19 @@ def on_crash(ctrl: "SearchController", cand: Candidate) -> None:
             break
 
 
-def on_backtrack_ok(ctrl: "SearchController", cand: Candidate) -> None:
-    """A lever verified on the clean reference: migrate the incumbent's compatible settings on top of it."""
+def on_backtrack_ok(ctrl: "SearchController", cand: Candidate, incumbent: Candidate) -> None:
+    """A lever verified on the clean reference: migrate ``incumbent``'s compatible settings on top of it."""
     (s,) = tuple(cand.settings(ctrl.space)) or (None,)
     if s is None:
         return
     migrated = cand
-    for other in sorted(ctrl.incumbent.settings(ctrl.space), key=settings_key):
+    for other in sorted(incumbent.settings(ctrl.space), key=settings_key):
         if other[0] in (s[0], PATCH):
             continue
         trial = migrated.with_values({other[0]: other[1]})
         if ctrl.ledger.blocked(trial.settings(ctrl.space)) is None:
             migrated = trial
-    _enqueue(ctrl, "migrate", Candidate(migrated.config, ctrl.incumbent.patches))
+    _enqueue(ctrl, "migrate", Candidate(migrated.config, incumbent.patches))
 
 
 def on_improvement(ctrl: "SearchController", old: Candidate, new: Candidate) -> None:
@@ -310,7 +310,7 @@ def _patch_ops(ctrl: "SearchController", upside_low: bool) -> Iterator[tuple[str
     inc = ctrl.incumbent
     small = [p for p in sorted(led.verified_patches - inc.patches) if p not in led.banned_patches
              and coef[ctrl.fmap.index[(PATCH, p)]] > 0]
-    if small and sum(coef[ctrl.fmap.index[(PATCH, p)]] for p in small) >= ctrl.gate / 2:
+    if small and sum(coef[ctrl.fmap.index[(PATCH, p)]] for p in small) >= ctrl.gate:
         yield "stack", Candidate(inc.config, inc.patches | set(small))
     if not upside_low:
         return
@@ -346,9 +346,9 @@ def propose(ctrl: "SearchController", rng: np.random.Generator, taken: set[Candi
     yield from _contrarian(ctrl)
     yield from _patch_ops(ctrl, upside < ctrl.gate or ctrl.stall >= int(ctrl.tune["stall_trials"]))
 
-    def ranked(mask: np.ndarray, tag: str) -> Iterator[tuple[str, Candidate]]:
+    def ranked(mask: np.ndarray, tag: str, limit: int | None = 200) -> Iterator[tuple[str, Candidate]]:
         idx = np.flatnonzero(mask)
-        for i in idx[np.lexsort((idx, -acq[idx]))][:200]:
+        for i in idx[np.lexsort((idx, -acq[idx]))][:limit]:
             yield tag, pool.to_candidate(rows[i], inc.patches)
 
     st = int(ctrl.tune["stall_trials"])
@@ -371,4 +371,4 @@ def propose(ctrl: "SearchController", rng: np.random.Generator, taken: set[Candi
                 moves_ok[i] = not moved <= tabu
         yield from ranked(ok & moves_ok & (bdist >= dmin) & (dist <= dmin + 2), "escape")
     yield from ranked(ok & (dist <= int(ctrl.tune["trust_radius"])), "trust")
-    yield from ranked(np.ones(len(rows), dtype=bool), "global")
+    yield from ranked(np.ones(len(rows), dtype=bool), "global", None)

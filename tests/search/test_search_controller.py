@@ -1,0 +1,231 @@
+"""SearchController mechanisms, each on its own, with the real surrogate models."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from controller.search.controller import SearchController
+from controller.search.promotion import decide_promotion
+from controller.search.runner import run_search
+from controller.search.space import Candidate, KnobSpec, Outcome, SearchSpace
+
+from conftest import make_noise, toy_evaluate, toy_space
+
+
+def ctrl_for(space=None, **kw) -> SearchController:
+    space = space or toy_space()
+    return SearchController(space, kw.pop("noise", make_noise()), 1.0, 80.0, seed=kw.pop("seed", 0),
+                            reference_peak_mem_gib=70.0, **kw)
+
+
+def ok(y: float, mem: float = 70.0) -> Outcome:
+    return Outcome("ok", step_time_s=math.exp(-y), peak_mem_gib=mem, gpu_hours=0.1)
+
+
+def test_three_starts_experience_prior_random():
+    space = toy_space()
+    exp = [{"config": {"compile": True, "workers": 4, "unknown": 1}, "speedup": 1.3},
+           {"config": {"algo": "tree"}, "speedup": 1.1}]
+    c = ctrl_for(space, experience=exp)
+    assert len(c.starts) == 3
+    first, second, third = c.starts
+    assert first.as_dict() == {**space.reference_config(), "compile": True, "workers": 4}
+    big = {k.name for k in space.knobs for v in k.values if abs(k.prior_of(v)) >= c.gate}
+    assert any(first.value(k) != second.value(k) for k in big)
+    assert c.ask(1) == [first]  # the experience start runs first
+    # the random start respects known conflicts on many seeds
+    conflict = (("compile", True), ("recompute", "none"))
+    for seed in range(15):
+        cc = ctrl_for(space, seed=seed, known_conflicts=[conflict])
+        for s in cc.starts:
+            d = s.as_dict()
+            assert not (d["compile"] is True and d["recompute"] == "none")
+
+
+def test_second_start_differs_in_a_big_knob_without_experience():
+    c = ctrl_for()
+    a, b = c.starts[0], c.starts[1]
+    big = [k.name for k in c.space.knobs for v in k.values if abs(k.prior_of(v)) >= c.gate]
+    assert any(a.value(k) != b.value(k) for k in big)
+
+
+def test_big_knob_set_rederived_from_evidence():
+    c = ctrl_for()
+    assert "workers" not in c.big_knobs()  # prior 0.005 is below the gate
+    cand = c.reference.with_values({"workers": 8})
+    c.tell(cand, ok(0.08))
+    assert "workers" in c.big_knobs()
+
+
+def test_contrarian_probe_of_low_rated_uncertain_knob():
+    c = ctrl_for()
+    c.starts = []
+    c.tell(c.reference.with_values({"compile": True}), ok(0.10))
+    proposals = c.ask(4)
+    contr = [p for p in proposals if c.proposed_by[p] == "contrarian"]
+    assert contr, [c.proposed_by[p] for p in proposals]
+    assert contr[0].value("algo") == "tree"  # prior -0.03 (rated harmful) but sd 0.08
+    # it is the incumbent plus that one lever (plus at most a saver)
+    diff = contr[0].settings(c.space) - c.incumbent.settings(c.space)
+    assert ("algo", "tree") in diff and len(diff) <= 2
+
+
+def test_bundle_completion_pairs_a_high_upside_oom_with_a_saver():
+    c = ctrl_for()
+    c.starts = []
+    cand = c.reference.with_values({"recompute": "none", "compile": True})
+    c.tell(cand, Outcome("oom", requested_gib=90.0, capacity_gib=80.0))
+    assert c.ledger.needs_saver[("recompute", "none")] == pytest.approx(10.0)
+    nxt = c.ask(1)[0]
+    assert c.proposed_by[nxt] == "bundle"
+    assert nxt.value("recompute") == "none" and nxt.value("fused_ce") is False
+    assert toy_evaluate(nxt).status == "ok"
+    # without any saver the spender is refused before execution
+    assert c.admissible(c.reference.with_values({"recompute": "none"}), set()) is not None
+
+
+def test_conflict_backtracking_to_clean_reference_then_migration():
+    inc = toy_space().reference().with_values({"compile": True, "workers": 4})
+    c2 = ctrl_for()
+    c2.starts = []
+    c2.tell(inc, ok(0.10))
+    crash = inc.with_values({"recompute": "none"})
+    c2.tell(crash, Outcome("crash", reason="compile conflict"))
+    back = c2.reference.with_values({"recompute": "none"})
+    assert c2.queue_tags.get(back) == "backtrack"
+    assert back in c2.ask(3)
+    c2.tell(back, ok(0.2, 79.0))
+    migrate = [cand for tag, cand in c2.queue if tag == "migrate"]
+    assert migrate and migrate[0].value("recompute") == "none" and migrate[0].value("workers") == 4
+    assert migrate[0].value("compile") is False  # the banned partner is not carried over
+
+
+def test_escape_after_two_non_improving_trials():
+    c = ctrl_for()
+    c.starts = []
+    inc = c.reference.with_values({"compile": True})
+    c.tell(inc, ok(0.10))
+    for w in (4, 8):
+        c.tell(inc.with_values({"workers": w}), ok(0.095))
+    assert c.stall >= 2
+    nxt = c.ask(1)[0]
+    assert c.proposed_by[nxt] in ("escape", "contrarian", "restart", "patch")
+    # an escape move changes at least one big knob
+    esc = [p for p in c.ask(6) if c.proposed_by[p] == "escape"]
+    assert esc
+    big = c.big_knobs()
+    for p in esc:
+        assert sum(p.value(k) != inc.value(k) for k in big) >= 1
+
+
+def test_visited_registered_before_execution_and_pending_respected():
+    c = ctrl_for()
+    first = c.ask(3)
+    assert len(set(first)) == 3
+    second = c.ask(3)
+    assert not set(first) & set(second)  # outstanding ones are not proposed again
+    c2 = ctrl_for()
+    pend = c2.ask(1)
+    c3 = ctrl_for()
+    assert pend[0] not in c3.ask(2, pending=pend)
+    c.tell(first[0], Outcome("crash", reason="x"))
+    assert first[0] in c.tabu
+
+
+def test_tabu_move_after_non_improving_big_knob_flip():
+    c = ctrl_for()
+    c.starts = []
+    inc = c.reference.with_values({"compile": True})
+    c.tell(inc, ok(0.10))
+    c.tell(inc.with_values({"algo": "tree"}), ok(0.09))
+    assert ("algo", "tree") in c.active_tabu_moves()
+
+
+def test_patch_stacking_when_small_gains_clear_the_gate_together():
+    c = ctrl_for()
+    c.starts = []
+    inc = c.reference.with_values({"compile": True})
+    c.tell(inc, ok(0.10))
+    c.tell(Candidate(c.reference.config, frozenset({"p1"})), ok(0.012))
+    c.tell(Candidate(c.reference.config, frozenset({"p2"})), ok(0.013))
+    assert c.ledger.verified_patches == {"p1", "p2"}
+    props = c.ask(3)
+    stack = [p for p in props if c.proposed_by[p] == "stack"]
+    assert stack and stack[0].patches == {"p1", "p2"} and stack[0].value("compile") is True
+
+
+def test_promotion_gate():
+    a = Candidate.from_dict({"x": 1})
+    b = Candidate.from_dict({"x": 2})
+    p = decide_promotion({a: [(1.0, 0.9), (1.01, 0.91)], b: [(1.0, 0.99)]}, margin=0.02)
+    assert p.candidate == a and p.speedup == pytest.approx(math.exp(np.mean([math.log(1 / 0.9), math.log(1.01 / 0.91)])))
+    none = decide_promotion({b: [(1.0, 0.99), (1.0, 0.995)]}, margin=0.02)
+    assert none.candidate is None and none.speedup == 1.0 and "kept the reference" in none.reason
+    assert decide_promotion({}, 0.02).speedup == 1.0
+
+
+def test_batches_of_q():
+    c = ctrl_for()
+    batch = c.ask(5)
+    assert len(batch) == 5 and len(set(batch)) == 5
+    assert all(not b.is_reference(c.space) for b in batch)
+
+
+def test_determinism_replay_after_crash():
+    space = toy_space()
+    log: list[tuple[Candidate, Outcome]] = []
+    a = ctrl_for(space, seed=3)
+    pending: list[Candidate] = []
+    for _ in range(6):
+        batch = a.ask(2, pending=pending)
+        pending += batch
+        done = pending.pop(0)
+        o = toy_evaluate(done)
+        a.tell(done, o)
+        log.append((done, o))
+    nxt = a.ask(2, pending=pending)
+    b = ctrl_for(space, seed=3)
+    for cand, o in log:
+        b.tell(cand, o)
+    assert b.ask(2, pending=pending) == nxt
+
+
+def test_enabling_pair_enters_model_on_super_multiplicative_result():
+    c = ctrl_for()
+    c.starts = []
+    c.tell(c.reference.with_values({"compile": True}), ok(0.10))
+    c.tell(c.reference.with_values({"algo": "tree"}), ok(0.12))
+    joint = c.reference.with_values({"compile": True, "algo": "tree"})
+    c.tell(joint, ok(0.60))
+    assert c.fmap.pairs
+    mu, _, _ = c.predict([joint])
+    assert mu[0] > 0.45
+
+
+def test_run_search_end_to_end_promotes_a_real_gain():
+    space = toy_space()
+    res = run_search(space, toy_evaluate, budget_trials=20, noise=make_noise(), reference_step_time_s=1.0,
+                     capacity_gib=80.0, seed=1, reference_peak_mem_gib=70.0)
+    assert len(res.trials) == 20
+    sigs = [c.signature for c, _ in res.trials]
+    assert len(set(sigs)) == len(sigs)
+    assert res.promotion.candidate is not None and res.promotion.speedup > 1.3
+    best = res.best_after[-1]
+    assert best.value("algo") == "tree" and best.value("recompute") == "none"
+    assert res.search_gpu_hours > 0 and res.promotion_gpu_hours > 0
+    assert "big_knobs" in res.summary and "banned_tuples" in res.summary
+
+
+def test_memory_table_classifies_spenders_and_savers():
+    c = ctrl_for()
+    rows = {(r["name"], r["value"]): r for r in c.memory_table()}
+    assert rows[("recompute", "none")]["class"] == "spender"
+    assert rows[("fused_ce", False)]["class"] == "saver"
+
+
+def test_unknown_tuning_key_is_refused():
+    with pytest.raises(ValueError, match="unknown tuning"):
+        ctrl_for(bogus=1)

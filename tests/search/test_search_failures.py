@@ -1,0 +1,64 @@
+"""Failure attribution: OOM tagging and exclusion, minimal conflict tuples, patch blame."""
+
+from __future__ import annotations
+
+from controller.search.failures import FailureLedger
+from controller.search.space import PATCH, Outcome
+
+OK = Outcome("ok", step_time_s=1.0)
+CRASH = Outcome("crash", reason="boom")
+A, B, C, D = ("a", 1), ("b", 1), ("c", 1), ("d", 1)
+
+
+def test_minimal_pair_absent_from_passing_runs_is_banned_not_the_singles():
+    led = FailureLedger()
+    led.record(frozenset({A, B}), OK, lambda s: 0.0)
+    led.record(frozenset({C}), OK, lambda s: 0.0)
+    led.record(frozenset({A, B, C}), CRASH, lambda s: 0.0)
+    # pairs of {A,B,C}: AB passed together; AC and BC never did -> one of those is banned
+    assert len(led.banned) == 1 and set(led.banned[0]) in ({A, C}, {B, C})
+    assert led.blocked(frozenset({A})) is None and led.blocked(frozenset({C})) is None
+    banned = set(led.banned[0])
+    assert led.blocked(frozenset(banned | {D})) is not None
+
+
+def test_ban_is_exonerated_when_the_pair_later_passes():
+    led = FailureLedger()
+    led.record(frozenset({A, B, C}), CRASH, lambda s: 0.0)
+    first = set(led.banned[0])
+    led.record(frozenset(first), OK, lambda s: 0.0)
+    assert first not in [set(t) for t in led.banned]
+    assert led.banned, "another pair of the crash must now carry the blame"
+
+
+def test_repeated_crashes_converge_on_the_common_pair():
+    led = FailureLedger()
+    led.record(frozenset({A, B, C}), CRASH, lambda s: 0.0)
+    led.record(frozenset({B, C, D}), CRASH, lambda s: 0.0)
+    assert {B, C} in [set(t) for t in led.banned]
+
+
+def test_oom_tags_spender_and_excludes_only_after_distinct_savers():
+    delta = {("big", 1): 20.0, ("s1", 1): -5.0, ("s2", 1): -6.0, ("s3", 1): -4.0}.get
+    led = FailureLedger(exclude_after=3)
+    oom = Outcome("oom", requested_gib=90.0, capacity_gib=80.0)
+    led.record(frozenset({("big", 1)}), oom, lambda s: delta(s, 0.0))
+    assert led.needs_saver[("big", 1)] == 10.0 and ("big", 1) not in led.excluded
+    for saver in (("s1", 1), ("s2", 1)):
+        led.record(frozenset({("big", 1), saver}), oom, lambda s: delta(s, 0.0))
+    assert ("big", 1) not in led.excluded
+    led.record(frozenset({("big", 1), ("s1", 1)}), oom, lambda s: delta(s, 0.0))  # same saver set again
+    assert ("big", 1) not in led.excluded
+    led.record(frozenset({("big", 1), ("s3", 1)}), oom, lambda s: delta(s, 0.0))
+    assert ("big", 1) in led.excluded
+    assert led.blocked(frozenset({("big", 1), ("s1", 1)})) is not None
+
+
+def test_failed_patch_is_blamed_on_the_patch_not_the_config():
+    led = FailureLedger()
+    led.record(frozenset({A}), OK, lambda s: 0.0)
+    blame = led.record(frozenset({A, B, (PATCH, "p")}), CRASH, lambda s: 0.0)
+    assert "patch" in blame and "p" in led.banned_patches
+    assert led.banned == [] and led.crash_records == []
+    assert led.blocked(frozenset({A, B})) is None
+    assert led.blocked(frozenset({(PATCH, "p")})) is not None
