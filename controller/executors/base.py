@@ -162,6 +162,11 @@ class Executor(ABC):
         """How many more trials could start now; ``None`` when unknown or unbounded."""
         return None
 
+    def adopt(self, trial_id: str, outdir: Path) -> JobHandle | None:
+        """The handle of a job already launched for ``trial_id`` into ``outdir`` (e.g. by a
+        process that died before recording it), or None when there is none."""
+        return None
+
     def next_poll_in(self) -> float:
         """Seconds until polling again is useful (backoff after submits, then steady)."""
         return 0.0

@@ -145,6 +145,13 @@ class LocalExecutor(Executor):
         self._start_queued()
         return handle
 
+    def adopt(self, trial_id: str, outdir: Path) -> JobHandle | None:
+        launch = _read_json(Path(outdir) / LAUNCH_FILE)
+        if not launch or launch.get("trial_id") != trial_id or not launch.get("job_id"):
+            return None
+        return JobHandle(trial_id=trial_id, backend=self.backend, job_id=str(launch["job_id"]),
+                         submit_time=float(launch.get("submit_time") or 0.0), outdir=str(outdir))
+
     # ------------------------------------------------------------------ slots
     def _busy_gpus(self) -> set[str]:
         return {g for t in self._trials.values() if t.run is not None and t.done is None for g in t.gpus}

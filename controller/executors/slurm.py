@@ -155,7 +155,7 @@ class SlurmExecutor(Executor):
         handle = JobHandle(trial_id=spec.trial_id, backend=self.backend, job_id=job_id,
                            submit_time=t0, outdir=str(outdir))
         self._write_meta(handle, {
-            "job_id": job_id, "submit_time": t0, "pending_deadline_s": spec.pending_deadline_s,
+            "trial_id": spec.trial_id, "job_id": job_id, "submit_time": t0, "pending_deadline_s": spec.pending_deadline_s,
             "gpus": spec.gpus_per_node * spec.nodes, "key_file": str(spec.key_file) if spec.key_file else None,
             "key_copy": str(key_copy) if key_copy else None, "requeues": [],
         })
@@ -167,6 +167,30 @@ class SlurmExecutor(Executor):
             self._backoff_idx = 1
             self._next_query_at = min(self._next_query_at, now + self.backoff[0]) \
                 if self._next_query_at > now else now + self.backoff[0]
+        return handle
+
+    def adopt(self, trial_id: str, outdir: Path) -> JobHandle | None:
+        """From ``slurm-job.json``; if the submitter died between ``sbatch`` and writing
+        it, one ``squeue --name`` call finds the job by its name."""
+        outdir = Path(outdir)
+        try:
+            meta = json.loads((outdir / META_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            meta = None
+        if isinstance(meta, dict) and meta.get("trial_id") == trial_id and meta.get("job_id"):
+            return JobHandle(trial_id=trial_id, backend=self.backend, job_id=str(meta["job_id"]),
+                             submit_time=float(meta.get("submit_time") or 0.0), outdir=str(outdir))
+        if not (outdir / "job.sbatch").exists():
+            return None
+        rows = [r for r in self.cli.squeue_by_name(job_name(trial_id)) if r.submit is not None]
+        if not rows:
+            return None
+        row = max(rows, key=lambda r: r.submit or 0.0)
+        handle = JobHandle(trial_id=trial_id, backend=self.backend, job_id=row.job_id,
+                           submit_time=float(row.submit or 0.0), outdir=str(outdir))
+        self._write_meta(handle, {"trial_id": trial_id, "job_id": row.job_id, "submit_time": handle.submit_time,
+                                  "pending_deadline_s": None, "gpus": 0, "key_file": None, "key_copy": None,
+                                  "requeues": [], "adopted_by_name": True})
         return handle
 
     def _meta(self, h: JobHandle) -> dict[str, Any]:

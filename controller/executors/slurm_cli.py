@@ -111,8 +111,19 @@ class SlurmCLI:
             if "Invalid job id" in (cp.stderr or ""):
                 return {}  # a single unknown id makes squeue fail; none of them is queued
             raise _fail("squeue", cp)
+        return self._parse_squeue(cp.stdout)
+
+    def squeue_by_name(self, name: str) -> list[JobRow]:
+        """Jobs (any state still in memory) named ``name``, in one call."""
+        cp = self._run(["squeue", f"--name={name}", "--states=all", "-h", "-o", SQUEUE_FORMAT])
+        if cp.returncode != 0:
+            raise _fail("squeue", cp)
+        return [r for r in self._parse_squeue(cp.stdout).values()]
+
+    @staticmethod
+    def _parse_squeue(text: str) -> dict[str, JobRow]:
         rows: dict[str, JobRow] = {}
-        for line in cp.stdout.splitlines():
+        for line in text.splitlines():
             parts = line.strip().split("|")
             if len(parts) < 6:
                 continue

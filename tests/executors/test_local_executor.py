@@ -180,3 +180,15 @@ def test_handle_round_trip() -> None:
     assert h.key == ("42", 1.5)
     with pytest.raises(ExecutorError, match="handle"):
         JobHandle.from_dict({"trial_id": "t"})
+
+
+def test_adopt_finds_a_job_launched_by_an_earlier_process(tmp_path: Path, standin: list[str],
+                                                          wait_all: Waiter) -> None:
+    ex1 = LocalExecutor(wrapper=standin)
+    h = ex1.submit(_spec(tmp_path, "orphan", "print('x')"))
+    ex2 = LocalExecutor(wrapper=standin)
+    adopted = ex2.adopt("orphan", tmp_path / "orphan")
+    assert adopted == h
+    assert ex2.adopt("other-trial", tmp_path / "orphan") is None
+    assert ex2.adopt("nothing", tmp_path / "nothing") is None
+    assert wait_all(ex2, [adopted], timeout=30)["orphan"].outcome == "ok"

@@ -279,3 +279,18 @@ def test_sbatch_failure_is_an_executor_error(tmp_path: Path, standin: list[str])
     assert not (tmp_path / "state" / "keys").exists() or not list((tmp_path / "state" / "keys").iterdir())
     local = JobHandle(trial_id="l", backend="local", job_id="local-abc", submit_time=time.time(), outdir=str(tmp_path))
     assert ex.poll([local])["l"].state == "lost"
+
+
+@pytest.mark.slurm
+def test_adopt_after_a_crash_between_sbatch_and_bookkeeping(slurm_cluster: str, slurm_tmp: Path,
+                                                             standin: list[str], wait_all: Waiter) -> None:
+    ex1 = _ex(slurm_tmp, standin)
+    h = ex1.submit(_spec(slurm_tmp, "crashy", [PY, "-c", "import time; time.sleep(1)"]))
+    ex2 = _ex(slurm_tmp, standin)
+    assert ex2.adopt("crashy", slurm_tmp / "crashy") == h  # from slurm-job.json
+    (slurm_tmp / "crashy" / "slurm-job.json").unlink()    # as if the submitter died right after sbatch
+    ex3 = _ex(slurm_tmp, standin)
+    found = ex3.adopt("crashy", slurm_tmp / "crashy")
+    assert found is not None and found.job_id == h.job_id and abs(found.submit_time - h.submit_time) < 5
+    assert ex3.adopt("never-submitted", slurm_tmp / "nothing-here") is None
+    assert wait_all(ex3, [found], timeout=60)["crashy"].outcome == "ok"
