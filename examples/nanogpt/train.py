@@ -131,14 +131,16 @@ def main(argv: list[str] | None = None) -> int:
     autocast = (lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)) if args.dtype == "bf16" \
         else nullcontext
     params = [p for p in model.parameters()]
+    t_mark = time.perf_counter()  # each update is timed from the end of the previous one's receipt line
     for i in range(1, args.updates + 1):
-        t0 = time.perf_counter()
+        t0 = t_mark
+        optimizer.zero_grad(set_to_none=False)
         lr = LR[args.size] * min(1.0, i / WARMUP)
         for group in optimizer.param_groups:
             group["lr"] = lr
+        td = time.perf_counter()
         batch = data.update_batch(args.seed, i, global_batch, seq_len, cfg.vocab_size)
-        phases = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0, "data": time.perf_counter() - t0}
-        optimizer.zero_grad(set_to_none=False)
+        phases = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0, "data": time.perf_counter() - td}
         loss_sum = 0.0
         tokens = 0
         samples = 0
@@ -169,13 +171,15 @@ def main(argv: list[str] | None = None) -> int:
         loss_val = float(loss_sum)
         gn_val = float(gn)
         phases["optimizer"] = time.perf_counter() - to
+        digest = batch_digest(torch.cat(consumed)) if rx is not None else ""
         step_time_s = time.perf_counter() - t0
         print(f"update {i:4d} | loss {loss_val:.6f} | gnorm {gn_val:.4f} | step {step_time_s * 1000:.2f} ms | "
               f"tok/s {tokens / step_time_s:.0f}", flush=True)
         if rx is not None:
             rx.update(index=i, loss=loss_val, grad_norm=gn_val, tokens=tokens, samples=samples, seq_len=seq_len,
-                      opt_step=opt_steps[0], lr=lr, batch_digest=batch_digest(torch.cat(consumed)),
-                      step_time_s=step_time_s, peak_mem_gib=peak_mem_gib(), phases=phases)
+                      opt_step=opt_steps[0], lr=lr, batch_digest=digest, step_time_s=step_time_s,
+                      peak_mem_gib=peak_mem_gib(), phases=phases)
+        t_mark = time.perf_counter()
     if rx is not None:
         rx.footer(completed=args.updates)
     return 0
