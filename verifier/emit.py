@@ -7,7 +7,10 @@ the key and never writes the receipt file itself.
 
 Destination, chosen by :meth:`Receipts.from_env`:
 
-* ``INFRARSI_RECEIPT_FD``: an inherited file descriptor (a pipe set up by the wrapper);
+* ``INFRARSI_RECEIPT_FD``: an inherited file descriptor (a pipe set up by the wrapper),
+  used when it is still that pipe (``INFRARSI_RECEIPT_INO``); otherwise
+  ``INFRARSI_RECEIPT_FIFO``, a named pipe the wrapper also reads (launchers such as
+  torchrun close inherited descriptors before starting workers);
 * ``INFRARSI_RECEIPT_PATH``: a file the lines are appended to (debugging only, unsigned);
 * neither: a silent no-op, so the script runs standalone unchanged.
 
@@ -34,6 +37,10 @@ from typing import IO, Any
 
 #: environment variable naming the inherited descriptor the wrapper reads
 FD_ENV = "INFRARSI_RECEIPT_FD"
+#: inode of the wrapper's pipe, so a descriptor number reused after a launcher closed it is not written to
+INO_ENV = "INFRARSI_RECEIPT_INO"
+#: a FIFO the wrapper also reads, for launchers (torchrun) that close inherited descriptors
+FIFO_ENV = "INFRARSI_RECEIPT_FIFO"
 #: environment variable naming a plain file to append to (debugging, never signed)
 PATH_ENV = "INFRARSI_RECEIPT_PATH"
 
@@ -86,9 +93,19 @@ class Receipts:
         fd_text = os.environ.get(FD_ENV)
         if fd_text:
             try:
-                return cls(os.fdopen(int(fd_text), "w", buffering=1, encoding="utf-8", closefd=False))
+                fd = int(fd_text)
+                ino = os.environ.get(INO_ENV)
+                if ino is None or str(os.fstat(fd).st_ino) == ino:
+                    return cls(os.fdopen(fd, "w", buffering=1, encoding="utf-8", closefd=False))
             except (OSError, ValueError):
-                return cls(None)
+                pass
+            fifo = os.environ.get(FIFO_ENV)
+            if fifo:
+                try:
+                    return cls(open(fifo, "w", buffering=1, encoding="utf-8"))
+                except OSError:
+                    pass
+            return cls(None)
         path = os.environ.get(PATH_ENV)
         if path:
             return cls(open(path, "a", buffering=1, encoding="utf-8"))

@@ -5,7 +5,8 @@
 * reads the signing key from ``--key-file`` (and deletes the file before the child
   starts) or from ``INFRARSI_SIGNING_KEY``, which is removed from the child's environment;
 * hashes the ``--frozen-manifest`` files in the child's cwd before and after the run;
-* gives the child a pipe (``INFRARSI_RECEIPT_FD``) and stamps every receipt line with
+* gives the child a pipe (``INFRARSI_RECEIPT_FD``, plus a private FIFO for launchers
+  that close inherited descriptors) and stamps every receipt line with
   its own monotonic clock (``wall_t``, seconds since the child started) as it arrives;
 * tees the child's combined stdout/stderr to its own stdout and ``--out/job.log``,
   recording CUDA/NCCL/traceback/OOM lines;
@@ -21,9 +22,11 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -185,6 +188,14 @@ def run_wrapped(opts: ExecOptions) -> int:
     env.pop("INFRARSI_RECEIPT_PATH", None)
     rfd, wfd = os.pipe()
     env["INFRARSI_RECEIPT_FD"] = str(wfd)
+    env["INFRARSI_RECEIPT_INO"] = str(os.fstat(wfd).st_ino)
+    fifo_dir = tempfile.mkdtemp(prefix="infrarsi-rx-")
+    fifo = os.path.join(fifo_dir, "receipts")
+    os.mkfifo(fifo, 0o600)
+    fifo_r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    fifo_keep = os.open(fifo, os.O_WRONLY)  # keeps readline blocking (not EOF) until the job is over
+    os.set_blocking(fifo_r, True)
+    env["INFRARSI_RECEIPT_FIFO"] = fifo
     env.setdefault("PYTHONUNBUFFERED", "1")
     st = _State()
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -194,15 +205,18 @@ def run_wrapped(opts: ExecOptions) -> int:
         proc = subprocess.Popen(opts.argv, cwd=str(cwd), env=env, pass_fds=(wfd,), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as exc:
-        os.close(rfd)
-        os.close(wfd)
+        for fd in (rfd, wfd, fifo_r, fifo_keep):
+            os.close(fd)
+        shutil.rmtree(fifo_dir, ignore_errors=True)
         log.close()
         raise WrapperError(f"cannot start {opts.argv[0]!r}: {exc.strerror}") from None
     os.close(wfd)
     rx_thread = threading.Thread(target=_read_receipts, args=(os.fdopen(rfd, "rb"), st), daemon=True)
     out_thread = threading.Thread(target=_read_output, args=(proc.stdout, st, log, opts.echo), daemon=True)
+    fifo_thread = threading.Thread(target=_read_receipts, args=(os.fdopen(fifo_r, "rb"), st), daemon=True)
     rx_thread.start()
     out_thread.start()
+    fifo_thread.start()
 
     forwarded: list[int] = []
 
@@ -231,8 +245,11 @@ def run_wrapped(opts: ExecOptions) -> int:
             signal.signal(s, h)
     wall_s = time.monotonic() - st.t0
     _kill_group(proc.pid, signal.SIGKILL)  # leftovers in the job's group must not keep writing
+    os.close(fifo_keep)
     rx_thread.join(timeout=5)
     out_thread.join(timeout=5)
+    fifo_thread.join(timeout=5)
+    shutil.rmtree(fifo_dir, ignore_errors=True)
     log.close()
     frozen_after = hash_manifest(manifest, cwd)
 

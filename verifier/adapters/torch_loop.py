@@ -106,6 +106,10 @@ def _sync() -> None:
 class ReceiptLogger:
     """Emits a header once, one update line per :meth:`begin`/:meth:`end` pair, and a footer.
 
+    Step time is measured loop to loop: from the previous :meth:`end` (the first
+    update: from :meth:`begin`) to this :meth:`end`, so data loading and logging
+    between updates count, as they do on the wrapper's clock.
+
     ``optimizer`` (optional) gets a step post-hook that counts real ``step()`` calls;
     that count is reported as ``opt_step`` and its first param group's ``lr`` as ``lr``.
     ``tokens_per_update`` defaults to the first batch's ``numel()``.  The header is
@@ -142,6 +146,8 @@ class ReceiptLogger:
         self._samples = 0
         self._seq = 0
         self._gn: float | None = None
+        self._lr: float | None = None
+        self._last_end: float | None = None
         self.phases: dict[str, float] = {}
         if optimizer is not None and hasattr(optimizer, "register_step_post_hook"):
             optimizer.register_step_post_hook(self._count_step)
@@ -151,7 +157,7 @@ class ReceiptLogger:
 
     def _header(self, batch: Any) -> None:
         seq = self.seq_len if self.seq_len is not None else int(batch.shape[-1]) if batch.dim() > 1 else 1
-        tpu = self.tokens_per_update if self.tokens_per_update is not None else int(batch.numel()) * self.world_size
+        tpu = self.tokens_per_update if self.tokens_per_update is not None else int(batch.numel())
         self.rx.header(
             model_digest(self.model),
             param_count(self.model),
@@ -173,9 +179,11 @@ class ReceiptLogger:
         self._seq = self.seq_len if self.seq_len is not None else int(batch.shape[-1])
         self._tokens = int(tokens if tokens is not None else batch.numel())
         self._gn = None
+        self._lr = float(self.optimizer.param_groups[0]["lr"]) if self.optimizer is not None else None
         self.phases = {}
         _sync()
-        self._t0 = time.perf_counter()
+        now = time.perf_counter()
+        self._t0 = now if self._last_end is None else self._last_end
 
     def grads(self) -> float:
         """Measure and remember the gradient norm now (call after backward, before the step)."""
@@ -186,16 +194,24 @@ class ReceiptLogger:
         """Hook for the DDP adapter: combine per-rank values (identity here)."""
         return loss, gn, tokens, samples
 
-    def end(self, loss: Any, grad_norm: float | None = None, lr: float | None = None) -> None:
-        """Stop timing and write the update line (``grad_norm`` overrides :meth:`grads`)."""
+    def end(self, loss: Any, grad_norm: float | None = None, lr: float | None = None,
+            step_time_s: float | None = None) -> None:
+        """Stop timing and write the update line.
+
+        ``grad_norm`` overrides the value from :meth:`grads`; ``lr`` overrides the
+        learning rate read at :meth:`begin` (the one this update used);
+        ``step_time_s`` overrides the logger's own begin-to-end timing.
+        """
         _sync()
-        dt = time.perf_counter() - self._t0
+        now = time.perf_counter()
+        dt = now - self._t0 if step_time_s is None else float(step_time_s)
+        self._last_end = now
         self.index += 1
         gn = grad_norm if grad_norm is not None else self._gn if self._gn is not None else 0.0
         loss_f = float(loss.detach().float().item()) if hasattr(loss, "detach") else float(loss)
         loss_f, gn, tokens, samples = self._reduce(loss_f, float(gn), self._tokens, self._samples)
-        if lr is None and self.optimizer is not None:
-            lr = float(self.optimizer.param_groups[0]["lr"])
+        if lr is None:
+            lr = self._lr
         self.rx.update(
             self.index, loss_f, gn, tokens, samples, self._seq,
             self.opt_steps if self.optimizer is not None else self.index,
