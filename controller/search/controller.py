@@ -26,6 +26,7 @@ from controller.search.models import MemoryModel, TimeModel, log_speedup, memory
 from controller.search.promotion import decide_promotion
 from controller.search.space import (PATCH, Candidate, KnobSpec, Outcome, Promotion, SearchSpace, Setting,
                                      settings_key)
+from surrogate.amdahl import amdahl_ceiling
 
 DEFAULT_TUNING: dict[str, Any] = {
     "default_prior_sd": 0.10,    # prior SD of a knob setting with no stated prior
@@ -51,7 +52,22 @@ DEFAULT_TUNING: dict[str, Any] = {
 
 
 class SearchController:
-    """Budgeted compositional search over knob bundles and patches (see module docstring)."""
+    """Budgeted compositional search over knob bundles and patches (see module docstring).
+
+    Args:
+        space: knobs (with optional priors) and patches.
+        noise: a calibrated ``surrogate.noise.NoiseModel`` (``sigma_pair``, ``big_knob_gate``,
+            ``promotion_margin``).
+        reference_step_time_s: the reference's steady-state step time; ``y = ln(T0 / T)``.
+        capacity_gib: per-GPU memory capacity.
+        seed: seeds every random choice (with the tell/outstanding counts).
+        experience: records from the experience bank: ``{"config": {...}, "speedup": x}`` (drives the
+            first start), ``{"knob", "value", "log_speedup"}`` (sets that setting's prior mean) or
+            ``{"conflict": [[knob, value], ...]}`` (a known conflict).
+        phase_shares: profiled time per phase; a knob whose ``mechanism`` names phases
+            (``"optimizer"`` or ``"forward+backward"``) gets its prior capped by the Amdahl ceiling.
+        tuning: overrides of :data:`DEFAULT_TUNING`; unknown keys raise ValueError.
+    """
 
     def __init__(self, space: SearchSpace, noise: Any, reference_step_time_s: float, capacity_gib: float,
                  seed: int = 0, experience: list[dict] | None = None, phase_shares: dict | None = None,
@@ -119,9 +135,9 @@ class SearchController:
             if (name, value) in effects:
                 m = float(np.mean(effects[(name, value)]))
                 s = min(s, max(float(t["sigma_min"]), 0.5 * abs(m)))
-            share = self.phase_shares.get(k.mechanism or "") if self.phase_shares else None
-            if share is not None and 0 < share < 1:
-                m = min(m, -math.log(1.0 - share))  # Amdahl phase-headroom ceiling
+            targets = (k.mechanism or "").split("+")
+            if self.phase_shares and k.mechanism and all(t in self.phase_shares for t in targets):
+                m = min(m, amdahl_ceiling(self.phase_shares, targets))  # phase-headroom ceiling
             mu.append(m)
             sd.append(max(float(t["sigma_min"]), s, 0.5 * abs(m)))
         return np.asarray(mu), np.asarray(sd)

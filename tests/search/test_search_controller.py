@@ -229,3 +229,21 @@ def test_memory_table_classifies_spenders_and_savers():
 def test_unknown_tuning_key_is_refused():
     with pytest.raises(ValueError, match="unknown tuning"):
         ctrl_for(bogus=1)
+
+
+def test_phase_headroom_caps_prior_and_experience_sets_priors():
+    space = SearchSpace((KnobSpec("opt", ("loop", "fused"), "loop", mechanism="optimizer", prior_mean={"fused": 0.5}),
+                         KnobSpec("x", (0, 1), 0)))
+    c = SearchController(space, make_noise(), 1.0, 80.0, phase_shares={"optimizer": 0.1, "forward": 0.9},
+                         experience=[{"knob": "x", "value": 1, "log_speedup": 0.07}])
+    eff = c.single_effects()
+    assert eff[("opt", "fused")][0] == pytest.approx(-math.log(0.9))
+    assert eff[("x", 1)][0] == pytest.approx(0.07)
+
+
+def test_sampled_pool_when_space_is_too_large_to_enumerate():
+    space = toy_space()
+    res = run_search(space, toy_evaluate, budget_trials=15, noise=make_noise(), reference_step_time_s=1.0,
+                     capacity_gib=80.0, seed=2, reference_peak_mem_gib=70.0, pool_limit=10, pool_sample=20)
+    assert len(res.trials) == 15
+    assert res.promotion.speedup > 1.2
