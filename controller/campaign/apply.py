@@ -33,9 +33,11 @@ def apply_result(repo: Path, scope: dict[str, Any], result: dict[str, Any], pack
         if git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False).strip():
             raise ScopeError(f"branch {branch} already exists in {repo}")
         git(repo, "checkout", "-q", "-b", branch)
+    prefix = str(scope.get("prefix") or "").rstrip("/")
     for name, text in texts:
-        proc = subprocess.run(["git", "-C", str(repo), "apply", "--index" if branch else "--whitespace=nowarn", "-"],
-                              input=text, capture_output=True, text=True)
+        args = ["git", "-C", str(repo), "apply", "--whitespace=nowarn"] + (["--index"] if branch else [])
+        args += ([f"--directory={prefix}"] if prefix else []) + ["-"]
+        proc = subprocess.run(args, input=text, capture_output=True, text=True)
         if proc.returncode != 0:
             raise PatchError(f"patch {name} does not apply to {repo}: "
                              f"{(proc.stderr.strip().splitlines() or ['conflict'])[0]}")

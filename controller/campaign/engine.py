@@ -28,7 +28,7 @@ from controller.campaign.scope import lock_scope
 from controller.campaign.trialspec import build_spec, judge_spec_dict, prepare_source, remove_source, trial_dirs
 from controller.contract.loader import contract_digest
 from controller.contract.model import Contract
-from controller.errors import InfrarsiError
+from controller.errors import InfrarsiError, PatchError
 from controller.executors.base import Executor, JobHandle, TrialSpec
 from controller.search.space import Candidate
 from controller.settings import Settings
@@ -209,9 +209,14 @@ class CampaignEngine:
             from controller.contract.launch import render_launch
 
             plan = render_launch(contract, config)
-            prepare_source(Path(c.repo_path), scope["commit"], src, patches, plan.config_edits)
-            spec: TrialSpec = build_spec(contract, scope, config, t.trial_key, src, out, self.settings.master_key(),
-                                         t.partition)
+            try:
+                workdir = prepare_source(Path(c.repo_path), scope["commit"], src, patches, plan.config_edits,
+                                         scope.get("prefix", ""))
+            except PatchError as exc:  # blamed on the patch set, not the campaign: recorded as a failed trial
+                self.store.mark_finished(t.id, "crash", f"patch conflict: {exc}", None, None)
+                return
+            spec: TrialSpec = build_spec(contract, scope, config, t.trial_key, workdir, out,
+                                         self.settings.master_key(), t.partition)
             handle = ex.submit(spec)
         self.store.mark_submitted(t.id, handle.job_id, handle.submit_time)
 

@@ -16,9 +16,9 @@ from controller.contract.model import Contract
 from controller.errors import PatchError, ScopeError
 
 
-def git(repo: Path, *args: str, check: bool = True) -> str:
+def git(repo: Path, *args: str, check: bool = True, stdin: str | None = None) -> str:
     """Run ``git -C repo args`` and return stdout; ScopeError with git's first error line on failure."""
-    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, input=stdin)
     if check and proc.returncode != 0:
         msg = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[0]
         raise ScopeError(f"git {' '.join(args[:2])} in {repo}: {msg}")
@@ -65,11 +65,13 @@ def lock_scope(repo: Path, contract: Contract, contract_digest: str) -> dict[str
     dirty = [line[3:] for line in git(repo, "status", "--porcelain", "--", *frozen).splitlines()] if frozen else []
     if dirty:
         raise ScopeError(f"frozen file {dirty[0]} has uncommitted changes: commit or revert it before init")
+    prefix = git(repo, "rev-parse", "--show-prefix").strip()
     editable = expand_globs(repo, contract.editable_files)
     editable_digests = {rel: sha256_file(repo / rel) for rel in editable}
     patches, refused = intake_patches(repo, contract, editable, list(frozen))
     return {
         "commit": commit,
+        "prefix": prefix,
         "contract_digest": contract_digest,
         "frozen": frozen,
         "editable": editable,
@@ -95,7 +97,8 @@ def intake_patches(repo: Path, contract: Contract, editable: list[str],
     refused: dict[str, str] = {}
     for name, text in load_patch_dir(pdir):
         try:
-            check_patch(repo, text, contract.editable_files, contract.frozen_files, contract.patches.max_changed_lines)
+            check_patch(repo, text, contract.editable_files, contract.frozen_files, contract.patches.max_changed_lines,
+                        name=name)
         except PatchError as exc:
             refused[name] = str(exc)
             continue

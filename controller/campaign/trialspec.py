@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.campaign.scope import git
+from controller.errors import PatchError, ScopeError
 from controller.contract.launch import apply_config_edits, render_launch
 from controller.contract.model import Contract
 from controller.executors.base import TrialSpec
@@ -30,22 +31,27 @@ def trial_dirs(workdir: Path, seq: int, trial_key: str) -> tuple[Path, Path]:
 
 
 def prepare_source(repo: Path, commit: str, src: Path, patches: list[tuple[str, str]],
-                   config_edits: dict[str, dict[str, Any]]) -> None:
+                   config_edits: dict[str, dict[str, Any]], prefix: str = "") -> Path:
     """Create ``src`` as a detached worktree of ``commit`` and apply ``patches`` then ``config_edits``.
 
-    Idempotent: an existing ``src`` from an interrupted attempt is removed first.  PatchError names the patch
-    that does not apply.
+    ``prefix`` is the target repo's path inside its git work tree (a project in a monorepo); patches and
+    config paths are relative to it.  Returns the job's working directory (``src/prefix``).  Idempotent: an
+    existing ``src`` from an interrupted attempt is removed first.  PatchError names a patch that does not apply.
     """
-    from controller.patches.intake import apply_patches
-
     if src.exists():
         remove_source(repo, src)
     src.parent.mkdir(parents=True, exist_ok=True)
     git(repo, "worktree", "add", "--detach", "--force", str(src), commit)
-    if patches:
-        apply_patches(src, patches)
+    for name, text in patches:
+        args = ["apply", "--whitespace=nowarn"] + ([f"--directory={prefix.rstrip('/')}"] if prefix else []) + ["-"]
+        try:
+            git(src, *args, stdin=text)
+        except ScopeError as exc:
+            raise PatchError(f"patch {name} does not apply at {commit[:10]}: {exc}") from None
+    workdir = src / prefix if prefix else src
     if config_edits:
-        apply_config_edits(src, config_edits)
+        apply_config_edits(workdir, config_edits)
+    return workdir
 
 
 def remove_source(repo: Path, src: Path) -> None:
@@ -68,7 +74,7 @@ def write_key_file(out: Path, master_key: bytes, trial_key: str) -> Path:
     return path
 
 
-def build_spec(contract: Contract, scope: dict[str, Any], config: dict[str, Any], trial_key: str, src: Path,
+def build_spec(contract: Contract, scope: dict[str, Any], config: dict[str, Any], trial_key: str, workdir: Path,
                out: Path, master_key: bytes, partition: str | None) -> TrialSpec:
     """The TrialSpec for one launch (writes the key file and frozen manifest into ``out``)."""
     plan = render_launch(contract, config)
@@ -82,7 +88,7 @@ def build_spec(contract: Contract, scope: dict[str, Any], config: dict[str, Any]
     launch = contract.launch
     return TrialSpec(
         trial_id=trial_key,
-        workdir=src,
+        workdir=workdir,
         outdir=out,
         argv=plan.argv,
         env=tuple(sorted(env.items())),
