@@ -4,6 +4,7 @@ slots, adoption by a new instance, pending deadline, missing receipt, timeout.""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import os
 import sys
 import time
@@ -35,7 +36,7 @@ def test_submit_poll_ok_and_values_verbatim(tmp_path: Path, standin: list[str], 
                      env=(("KNOB_A", vals[0]), ("KNOB_B", vals[1])))
     key = tmp_path / "key"
     key.write_bytes(b"secret")
-    spec = TrialSpec(**{**spec.__dict__, "key_file": key})
+    spec = replace(spec, key_file=key)
     h = ex.submit(spec)
     st = wait_all(ex, [h], timeout=30)["t1"]
     assert (st.state, st.outcome, st.exit_code) == ("finished", "ok", 0), st.reason
