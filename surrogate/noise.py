@@ -4,7 +4,7 @@ From two or more reference runs (per-update step times, warm-up trimmed) this
 module estimates ``sigma_pair``: the standard deviation of the *paired*
 log-step-time difference ln(T_a / T_b) between two independent runs of the
 same configuration, where T is a run's steady-state window statistic.  The
-search uses it for three decisions:
+search derives two thresholds from it:
 
 * ``big_knob_gate = max(0.02, 2 * sigma_pair)``: a lever whose log-speedup
   cannot clear this is not a "big knob"; also the stall threshold.
@@ -19,7 +19,8 @@ Estimator (all in log space, per run r with n_r steps):
    n_r)`` of them).  Frequent excursions (periodic data-loader or collective
    stalls) are part of the run's noise and are kept.
 2. The run's window statistic c_r is the mean of the (winsorized) log step
-   times; :func:`window_log_mean` computes it so that the search can score
+   times; :func:`window_log_mean` (and :func:`paired_log_speedup` for a
+   reference/candidate pair) compute it so that the search can score
    candidates with exactly the same statistic.
 3. Paired re-run differences: v_between = mean over run pairs of
    (c_i - c_j)^2 = 2 * var(c, ddof=1), with k - 1 degrees of freedom.
@@ -30,8 +31,9 @@ Estimator (all in log space, per run r with n_r steps):
    split halves cannot see run-level offsets (host contention that lasts a
    whole run), the estimate never goes below v_between itself.
 6. White-noise floor: floor = 2 * mean_r(s_r^2 / n_r) with s_r the run's
-   robust (MAD) step standard deviation: two window means of white noise can
-   never agree better than this.
+   robust (MAD) step standard deviation: the expected paired variance if the
+   steps were independent white noise, a lower bound for real (correlated)
+   step noise that protects against runs agreeing by chance.
 
 sigma_pair = sqrt(max(pooled, v_between, floor)).
 """
