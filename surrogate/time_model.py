@@ -225,6 +225,26 @@ class BayesLinearTimeModel:
         Linv = linalg.solve_triangular(self._L, np.eye(self._L.shape[0]), lower=True)
         return np.sqrt(np.einsum("ij,ij->j", Linv, Linv))
 
+    def lever_gains(self, ceiling: ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Single-lever predicted log-speedups, capped by an Amdahl phase-headroom ceiling.
+
+        Args:
+            ceiling: None, a scalar, or one ceiling per feature (log-speedup,
+                e.g. from :func:`surrogate.amdahl.amdahl_ceiling`; inf = none).
+        Returns:
+            (gain, sd): min(posterior mean, ceiling) and the posterior SD per feature.
+        """
+        if self._d is None:
+            raise SurrogateError("lever_gains: the model has no feature dimension yet")
+        mean = self._mean.copy()
+        if ceiling is not None:
+            cap = np.asarray(ceiling, dtype=np.float64)
+            cap = np.full(self._d, float(cap)) if cap.ndim == 0 else cap.reshape(-1)
+            if cap.shape[0] != self._d or np.any(np.isnan(cap)):
+                raise SurrogateError(f"ceiling: expected a scalar or {self._d} non-NaN values")
+            mean = np.minimum(mean, cap)
+        return mean, self.coef_sd
+
     @property
     def prior_mean(self) -> np.ndarray:
         """The prior mean currently in use (after any revision)."""

@@ -177,6 +177,22 @@ def test_set_noise_var_resolves_and_matches_a_fresh_fit() -> None:
         m.set_noise_var(-1.0)
 
 
+def test_lever_gains_are_capped_by_amdahl_ceiling() -> None:
+    from surrogate import amdahl_ceiling
+
+    phases = {"forward": 0.3, "backward": 0.5, "optimizer": 0.2}
+    X = np.eye(3)
+    m = BayesLinearTimeModel(np.array([0.9, 0.05, -0.1]), 0.5**2, 1e-4).fit(np.zeros((0, 3)), [])
+    ceilings = [amdahl_ceiling(phases, ["optimizer"]), np.inf, amdahl_ceiling(phases, ["forward"])]
+    gain, sd = m.lever_gains(ceilings)
+    np.testing.assert_allclose(gain, [-np.log(0.8), 0.05, -0.1])
+    np.testing.assert_allclose(sd, np.sqrt(m.prior_var))
+    assert m.lever_gains()[0][0] == pytest.approx(0.9)
+    assert m.predict(X)[0][0] == pytest.approx(0.9)  # predict itself is not capped
+    with pytest.raises(SurrogateError, match="ceiling"):
+        m.lever_gains([1.0, 2.0])
+
+
 def test_bad_constructor_arguments() -> None:
     with pytest.raises(SurrogateError, match="noise_var"):
         BayesLinearTimeModel(0.0, 0.01, 0.0)
