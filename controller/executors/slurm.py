@@ -310,7 +310,7 @@ class SlurmExecutor(Executor):
                 meta = metas[h.trial_id]
                 recs = [r for r in acct.get(h.job_id, []) if self._ours(h, meta, r)]
                 rec = recs[-1] if recs else None
-                out[h.trial_id] = self._ended(h, meta, row, rec, now)
+                out[h.trial_id] = self._ended(h, meta, row, rec)
         for tid, st in out.items():
             if st.state == "finished":
                 self._final[tid] = st
@@ -324,8 +324,7 @@ class SlurmExecutor(Executor):
                          gpus=int(meta.get("gpus") or 0),
                          log_path=Path(h.outdir) / LOG_NAME if state == "running" else None)
 
-    def _ended(self, h: JobHandle, meta: dict[str, Any], row: JobRow | None, rec: JobRow | None,
-               now: float) -> JobStatus:
+    def _ended(self, h: JobHandle, meta: dict[str, Any], row: JobRow | None, rec: JobRow | None) -> JobStatus:
         """A job that is no longer pending/running (or that Slurm no longer knows)."""
         state = (row.state if row is not None else None) or (rec.state if rec is not None else None)
         has_receipt = (Path(h.outdir) / RECEIPT_NAME).exists()
@@ -344,7 +343,7 @@ class SlurmExecutor(Executor):
             if cancel:
                 return self._finish(h, meta, None, None, forced=("cancelled", cancel))
             return JobStatus(handle=h, state="lost", gpus=int(meta.get("gpus") or 0),
-                             reason=f"job {h.job_id} is unknown to squeue and to accounting ({self.cli.acct_mode}), and no receipt exists")
+                             reason=f"job {h.job_id} is unknown to squeue and to accounting ({self.cli.acct_mode or 'unavailable'}), and no receipt exists")
         self._ended_at.pop(h.trial_id, None)
         return self._finish(h, meta, row or rec, rec)
 

@@ -85,7 +85,7 @@ class SlurmCLI:
 
     def __init__(self, runner: Runner | None = None) -> None:
         self.runner: Runner = runner or run_command
-        self.acct_mode: str | None = None  # "db" | "comp" | "none", detected on first use
+        self.acct_mode: str | None = None  # "db" | "comp" once one worked; None: undetected
         self.calls: dict[str, int] = {}
 
     def _run(self, argv: Sequence[str]) -> "subprocess.CompletedProcess[str]":
@@ -139,14 +139,13 @@ class SlurmCLI:
         ids = ",".join(job_ids)
         modes = [self.acct_mode] if self.acct_mode else ["db", "comp"]
         for mode in modes:
-            if mode == "none":
-                return {}
             base = ["sacct", "-D", "-X"] if mode == "db" else ["sacct", "-c"]
             cp = self._run([*base, "-j", ids, "--parsable2", "--noheader", "-o", SACCT_FIELDS])
             if cp.returncode == 0 and not (mode == "db" and "disabled" in (cp.stderr or "")):
                 self.acct_mode = mode
                 return self._parse_acct(cp.stdout)
-        self.acct_mode = "none"
+        # neither works now (no accounting, or slurmdbd down): try both again next time
+        self.acct_mode = None
         return {}
 
     @staticmethod

@@ -294,3 +294,38 @@ def test_adopt_after_a_crash_between_sbatch_and_bookkeeping(slurm_cluster: str, 
     assert found is not None and found.job_id == h.job_id and abs(found.submit_time - h.submit_time) < 5
     assert ex3.adopt("never-submitted", slurm_tmp / "nothing-here") is None
     assert wait_all(ex3, [found], timeout=60)["crashy"].outcome == "ok"
+
+
+@pytest.mark.slurm
+def test_job_that_left_the_queue_is_read_from_accounting(slurm_cluster: str, slurm_tmp: Path, standin: list[str],
+                                                         wait_all: Waiter) -> None:
+    """After MinJobAge a finished job is gone from squeue: one batched sacct call
+    (slurmdbd, or -c for the jobcomp file) supplies the state and exit code."""
+    hide_queue = {"on": False}
+
+    def runner(argv: Sequence[str]) -> "subprocess.CompletedProcess[str]":
+        cp = subprocess.run(list(argv), capture_output=True, text=True, timeout=60)
+        if hide_queue["on"] and argv[0] == "squeue":
+            return subprocess.CompletedProcess(list(argv), 0, "", "")
+        return cp
+
+    ex = _ex(slurm_tmp, standin, runner=runner)
+    hs = [ex.submit(_spec(slurm_tmp, f"gone{i}", [PY, "-c", f"raise SystemExit({3 + i})"],
+                          env=(("STANDIN_NO_RECEIPT", "1"),))) for i in range(2)]
+    ids = [h.job_id for h in hs]
+    deadline = time.monotonic() + 60
+    while True:
+        out = subprocess.run(["squeue", "-h", "--states=all", f"--jobs={','.join(ids)}", "-o", "%T"],
+                             capture_output=True, text=True).stdout.split()
+        if len(out) == 2 and all(s in ("FAILED", "COMPLETED") for s in out):
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    hide_queue["on"] = True
+    st = wait_all(ex, hs, timeout=30)
+    for i in range(2):
+        s = st[f"gone{i}"]
+        assert (s.outcome, s.exit_code) == ("crash", 3 + i), s.reason
+        assert "no receipt" in s.reason and "FAILED" in s.reason and f"exit {3 + i}" in s.reason
+    assert ex.cli.acct_mode in ("db", "comp")
+    assert ex.cli.calls["sacct"] <= 2  # detection (at most one failed mode) + one batched query
