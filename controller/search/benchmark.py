@@ -28,7 +28,7 @@ import numpy as np
 
 from controller.search.landscape import Landscape
 from controller.search.runner import run_search
-from controller.search.strategies import STRATEGIES, make_strategy
+from controller.search.strategies import DEFAULT_STRATEGIES, make_strategy
 from surrogate.noise import calibrate
 
 DOCTOR_RUNS = 3
@@ -60,7 +60,7 @@ def run_repeat(land: Landscape, strategy: str, seed: int, trials: int, peak: flo
     noise = calibrate(runs)
     t0 = float(np.exp(np.mean([np.mean(np.log(r)) for r in runs])))
     kwargs: dict[str, Any] = {}
-    if strategy == "infrarsi":
+    if strategy.startswith("infrarsi"):
         kwargs["reference_peak_mem_gib"] = float(np.mean(mems)) if mems else None
         if hasattr(land.module, "PATCH_PRIORS"):
             kwargs["patch_priors"] = dict(land.module.PATCH_PRIORS)
@@ -89,7 +89,7 @@ def _median_or_none(xs: Sequence[float | None]) -> float | None:
     return None if math.isinf(m) else m
 
 
-def run_benchmark(land: Landscape, strategies: Sequence[str] = STRATEGIES, trials: int = 30, repeats: int = 20,
+def run_benchmark(land: Landscape, strategies: Sequence[str] = DEFAULT_STRATEGIES, trials: int = 30, repeats: int = 20,
                   q: int = 1, seed0: int = 0) -> dict:
     """The benchmark's JSON object (see ``bench/README.md``)."""
     peak = land.peak_speedup()
