@@ -74,8 +74,12 @@ def fail(msg: str) -> "NoReturn":  # type: ignore[name-defined]  # noqa: F821
 
 def set_tf32(enabled: bool) -> None:
     """TF32 for fp32 matrix products and convolutions on CUDA (no effect on the CPU)."""
-    torch.backends.cuda.matmul.allow_tf32 = enabled
-    torch.backends.cudnn.allow_tf32 = enabled
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # torch >= 2.9
+        torch.backends.cuda.matmul.fp32_precision = "tf32" if enabled else "ieee"
+        torch.backends.cudnn.conv.fp32_precision = "tf32" if enabled else "ieee"
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = enabled
+        torch.backends.cudnn.allow_tf32 = enabled
 
 
 def main(argv: list[str] | None = None) -> int:
