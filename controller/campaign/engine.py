@@ -29,6 +29,7 @@ from controller.campaign.trialspec import build_spec, judge_spec_dict, prepare_s
 from controller.contract.loader import contract_digest
 from controller.contract.model import Contract
 from controller.errors import InfrarsiError, PatchError
+from controller.faults import crash_point
 from controller.executors.base import Executor, JobHandle, TrialSpec
 from controller.search.space import Candidate
 from controller.settings import Settings
@@ -191,6 +192,7 @@ class CampaignEngine:
         _, out = trial_dirs(Path(c.workdir), seq_guess, key)
         t = self.store.add_trial_intent(c.id, key, stage, cand.as_dict(), sorted(cand.patches), cand.signature,
                                         c.executor, str(out), self._devices(contract), c.partition, group_key)
+        crash_point("after_intent")
         self._launch(c, t)
         return t
 
@@ -218,6 +220,7 @@ class CampaignEngine:
             spec: TrialSpec = build_spec(contract, scope, config, t.trial_key, workdir, out,
                                          self.settings.master_key(), t.partition)
             handle = ex.submit(spec)
+            crash_point("after_submit")
         self.store.mark_submitted(t.id, handle.job_id, handle.submit_time)
 
     def _slots(self, c: CampaignRecord, want: int) -> int:

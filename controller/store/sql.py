@@ -15,6 +15,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from controller.errors import StoreError
+from controller.faults import crash_point
 from controller.store import models as m
 from controller.store.base import Store
 from controller.store.migrate import current_revision, head_revision, safe_url, upgrade
@@ -244,6 +245,8 @@ class SqlStore(Store):
             s.add(m.Event(campaign_id=row.campaign_id, trial_id=row.id, kind="trial.ingested",
                           payload={"outcome": ing.outcome, "reason": ing.reason, "accepted": ing.accepted,
                                    "layer": ing.first_failed_layer, "gpu_seconds": ing.gpu_seconds}))
+            s.flush()
+            crash_point("in_ingest")
             return True
 
     def get_trial(self, trial_id: int) -> TrialRecord:
