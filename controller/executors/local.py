@@ -202,7 +202,7 @@ class LocalExecutor(Executor):
     # ------------------------------------------------------------------ poll
     def _adopt(self, h: JobHandle) -> _Trial:
         outdir = Path(h.outdir)
-        launch = _read_json(outdir / LAUNCH_FILE) or {}
+        launch = (_read_json(outdir / LAUNCH_FILE) or {}) if h.outdir else {}
         t = _Trial(handle=h, launch=launch)
         if launch.get("job_id") != h.job_id:
             t.done = JobStatus(handle=h, state="lost", reason=f"no launch record for {h.job_id} in {outdir}")

@@ -219,8 +219,8 @@ class SlurmExecutor(Executor):
 
     def _ours(self, h: JobHandle, meta: dict[str, Any], row: JobRow) -> bool:
         """Whether a row with this id is our job (Slurm reuses ids)."""
-        if row.submit is None:
-            return True
+        if row.submit is None or h.submit_time <= 0:
+            return True  # nothing to compare (a handle stored without its submit time)
         anchors = [h.submit_time, *[float(t) for t in meta.get("requeues", [])]]
         return any(abs(row.submit - a) <= self.submit_tolerance_s for a in anchors)
 
@@ -259,9 +259,9 @@ class SlurmExecutor(Executor):
             done = self._final.get(h.trial_id)
             if done is not None and done.handle.key == h.key:
                 out[h.trial_id] = done
-            elif h.backend != self.backend or not h.job_id.isdigit():
+            elif h.backend != self.backend or not h.job_id.isdigit() or not h.outdir:
                 out[h.trial_id] = JobStatus(handle=h, state="lost",
-                                            reason=f"handle {h.job_id!r} is not a Slurm job (backend {h.backend!r})")
+                                            reason=f"handle {h.job_id!r} is not a Slurm job with an outdir (backend {h.backend!r})")
             else:
                 live.append(h)
         if not live:

@@ -193,3 +193,13 @@ def test_adopt_finds_a_job_launched_by_an_earlier_process(tmp_path: Path, standi
     assert ex2.adopt("other-trial", tmp_path / "orphan") is None
     assert ex2.adopt("nothing", tmp_path / "nothing") is None
     assert wait_all(ex2, [adopted], timeout=30)["orphan"].outcome == "ok"
+
+
+def test_handle_without_outdir_is_lost_not_read_from_cwd(tmp_path: Path, standin: list[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    ex1 = LocalExecutor(wrapper=standin)
+    h = ex1.submit(_spec(tmp_path, "here", "print(1)"))
+    monkeypatch.chdir(tmp_path / "here")  # its launch file is in the cwd now
+    bare = JobHandle(trial_id="here", backend="local", job_id=h.job_id, submit_time=h.submit_time)
+    st = LocalExecutor(wrapper=standin).poll([bare])["here"]
+    assert st.state == "lost"
