@@ -48,6 +48,7 @@ DEFAULT_TUNING: dict[str, Any] = {
     "reference_peak_mem_gib": None,
     "known_conflicts": (),       # tuples of (knob, value) settings known to conflict
     "patch_priors": None,        # {patch: predicted log-gain} (shrunk by patch_kappa)
+    "prior_revision": True,      # empirical prior revision after repeated failures / a confident failure
 }
 
 
@@ -230,6 +231,8 @@ class SearchController:
         blame = self.ledger.record(sets, outcome, self.mem_delta)
         if blame:
             self.blame_log.append(f"{cand.signature[:10]} {blame}")
+        if outcome.status != "ok" and not blame.startswith("patch") and self.tune["prior_revision"]:
+            self._maybe_trigger_revision(sets)
         self._refit()
         if outcome.status == "ok":
             self._maybe_add_pairs(cand, outcome)
@@ -258,6 +261,14 @@ class SearchController:
             self.stall = 0 if improved else self.stall + 1
         if self.stall >= int(self.tune["stall_trials"]):
             self.escapes += 1
+
+    def _maybe_trigger_revision(self, sets: frozenset[Setting]) -> None:
+        """Turn on empirical prior revision after two configuration failures or a confident setting's failure."""
+        failures = sum(1 for c, o in self.history if o.status != "ok" and not c.patches)
+        confident = any(s in self.fmap.index and self.prior_mu[self.fmap.index[s]] > 0
+                        and self.prior_mu[self.fmap.index[s]] >= 2 * self.prior_sd[self.fmap.index[s]] for s in sets)
+        if failures >= 2 or confident:
+            self.time.revise = True
 
     def _tabu_move(self, cand: Candidate) -> None:
         big = self.big_knobs()
@@ -338,6 +349,7 @@ class SearchController:
             "pre_execution_rejections": self.pre_execution_rejections,
             "blame": list(self.blame_log),
             **self.ledger.summary(),
+            "prior_revised": bool(self.time.revision is not None and self.time.revision.revised),
             "coefficients": {self.fmap.label(i): [float(coef[i]), float(csd[i])] for i in range(self.fmap.dim)},
         }
 

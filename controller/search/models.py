@@ -32,6 +32,8 @@ class TimeModel:
         self.pair_prior_sd = pair_prior_sd
         self.sigma_min = sigma_min
         self.model: BayesLinearTimeModel | None = None
+        self.revise = False  # set by the controller once empirical prior revision is triggered
+        self.revision = None
         self.refit(np.zeros((0, fmap.dim)), np.zeros(0))
 
     def _priors(self) -> tuple[np.ndarray, np.ndarray]:
@@ -44,6 +46,8 @@ class TimeModel:
         mu, var = self._priors()
         m = BayesLinearTimeModel(mu, var, self.noise_var, sigma_min=self.sigma_min)
         self.model = m.fit(X, y) if len(y) else m
+        if self.revise and len(y):
+            self.revision = m.revise_prior(min_informed=3)  # empirical-Bayes revision, re-solved in place
 
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         assert self.model is not None

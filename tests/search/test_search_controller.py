@@ -247,3 +247,18 @@ def test_sampled_pool_when_space_is_too_large_to_enumerate():
                      capacity_gib=80.0, seed=2, reference_peak_mem_gib=70.0, pool_limit=10, pool_sample=20)
     assert len(res.trials) == 15
     assert res.promotion.speedup > 1.2
+
+
+def test_empirical_prior_revision_after_repeated_failures():
+    c = ctrl_for()
+    c.starts = []
+    for cfg, y in (({"compile": True}, 0.02), ({"workers": 4}, 0.0), ({"algo": "tree"}, 0.2),
+                   ({"fused_ce": False}, 0.0)):
+        c.tell(c.reference.with_values(cfg), ok(y))
+    assert not c.time.revise
+    c.tell(c.reference.with_values({"compile": True, "algo": "tree"}), Outcome("crash", reason="x"))
+    c.tell(c.reference.with_values({"compile": True, "workers": 8}), Outcome("crash", reason="y"))
+    assert c.time.revise and c.time.revision is not None
+    assert c.state_summary()["prior_revised"] == c.time.revision.revised
+    # the revised prior is what the refit model now carries
+    assert c.time.revision.n_informed >= 3
