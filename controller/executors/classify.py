@@ -21,6 +21,7 @@ _CUDA_OOM = re.compile(r"torch\.OutOfMemoryError|CUDA out of memory|torch\.cuda\
 _HOST_OOM = re.compile(r"exceeded memory limit|Exceeded job memory limit|oom[-_ ]kill", re.IGNORECASE)
 
 _TAIL_BYTES = 256 * 1024
+RECEIPT_HINT = "receipt.json"
 
 
 @dataclass(frozen=True)
@@ -125,5 +126,3 @@ def classify(
     code = f"exit {exit_code}" + (f" signal {signal}" if signal else "") if exit_code is not None or signal else "exit unknown"
     return Classification("crash", f"no receipt: the wrapper never wrote {RECEIPT_HINT} (state {state or '?'}, {code})", exit_code, signal)
 
-
-RECEIPT_HINT = "receipt.json"
