@@ -22,6 +22,8 @@ PROMOTED_FILE = "infrarsi.promoted.yaml"
 def apply_result(repo: Path, scope: dict[str, Any], result: dict[str, Any], pack_text: str,
                  branch: str | None = None) -> dict[str, Any]:
     """Apply the promoted candidate of ``result`` to ``repo``; returns what was written."""
+    if branch and git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False).strip():
+        raise ScopeError(f"branch {branch} already exists in {repo}")
     changed = changed_since_lock(repo, scope)
     if changed:
         raise ScopeError(f"{changed[0]} changed since init (locked at {str(scope.get('commit'))[:10]}): "
@@ -30,8 +32,7 @@ def apply_result(repo: Path, scope: dict[str, Any], result: dict[str, Any], pack
     patches = list(promoted["patches"]) if promoted else []
     texts = [(p, scope["patches"][p]) for p in patches]
     if branch:
-        if git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False).strip():
-            raise ScopeError(f"branch {branch} already exists in {repo}")
+        start = git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip()
         git(repo, "checkout", "-q", "-b", branch)
     prefix = str(scope.get("prefix") or "").rstrip("/")
     for name, text in texts:
@@ -39,6 +40,9 @@ def apply_result(repo: Path, scope: dict[str, Any], result: dict[str, Any], pack
         args += ([f"--directory={prefix}"] if prefix else []) + ["-"]
         proc = subprocess.run(args, input=text, capture_output=True, text=True)
         if proc.returncode != 0:
+            if branch:  # leave the repo as it was: back to the start branch, new branch deleted
+                git(repo, "checkout", "-q", "-f", start, check=False)
+                git(repo, "branch", "-q", "-D", branch, check=False)
             raise PatchError(f"patch {name} does not apply to {repo}: "
                              f"{(proc.stderr.strip().splitlines() or ['conflict'])[0]}")
     edits = _config_edits(pack_text)
