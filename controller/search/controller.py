@@ -220,7 +220,11 @@ class SearchController:
 
     # -------------------------------------------------------------------- tell
     def tell(self, cand: Candidate, outcome: Outcome) -> None:
-        """Record one outcome: refit models, attribute failures, update incumbent and operator queues."""
+        """Record one outcome: refit models, attribute failures, update incumbent and operator queues.
+
+        Raises ValueError if ``cand`` does not belong to the space (unknown knob, value or patch).
+        """
+        self.space.check(cand)
         prev_pred = float(self.predict([cand])[0][0])
         self.outstanding.pop(cand, None)
         self.history.append((cand, outcome))

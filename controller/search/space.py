@@ -43,6 +43,11 @@ class KnobSpec:
     def __post_init__(self) -> None:
         if not self.name or self.name.startswith("@"):
             raise ValueError(f"knob name {self.name!r} is empty or starts with '@'")
+        for v in self.values:
+            try:
+                hash(v)
+            except TypeError:
+                raise ValueError(f"knob {self.name}: value {v!r} is not hashable (use scalars or tuples)") from None
         if self.reference not in self.values:
             raise ValueError(f"knob {self.name}: reference {self.reference!r} is not among values {self.values!r}")
         if len(set(map(_canon, self.values))) != len(self.values):
@@ -105,6 +110,19 @@ class SearchSpace:
         for k in self.knobs:
             n *= len(k.values)
         return n * (2 ** len(self.patches))
+
+    def check(self, cand: "Candidate") -> None:
+        """Raise ValueError unless ``cand`` sets every knob to one of its values and names known patches."""
+        d = cand.as_dict()
+        names = {k.name for k in self.knobs}
+        if set(d) != names:
+            raise ValueError(f"candidate knobs {sorted(d)} differ from the space's {sorted(names)}")
+        for k in self.knobs:
+            if d[k.name] not in k.values:
+                raise ValueError(f"candidate sets knob {k.name} to {d[k.name]!r}, not one of {k.values!r}")
+        unknown = set(cand.patches) - set(self.patches)
+        if unknown:
+            raise ValueError(f"candidate names unknown patches {sorted(unknown)}")
 
     def legal(self, config: Mapping[str, Any]) -> bool:
         return True if self.is_legal is None else bool(self.is_legal(dict(config)))

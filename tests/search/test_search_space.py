@@ -42,3 +42,16 @@ def test_outcome_validation():
     with pytest.raises(ValueError):
         Outcome("ok")
     assert Outcome("ok", step_time_s=1.0).status == "ok"
+
+
+def test_space_check_rejects_foreign_candidates_and_unhashable_values():
+    space = SearchSpace((KnobSpec("x", (1, 2), 1),), ("p",))
+    space.check(Candidate.from_dict({"x": 2}, ["p"]))
+    with pytest.raises(ValueError, match="not one of"):
+        space.check(Candidate.from_dict({"x": 3}))
+    with pytest.raises(ValueError, match="differ"):
+        space.check(Candidate.from_dict({"y": 1}))
+    with pytest.raises(ValueError, match="unknown patches"):
+        space.check(Candidate.from_dict({"x": 1}, ["q"]))
+    with pytest.raises(ValueError, match="hashable"):
+        KnobSpec("z", ([1], [2]), [1])
