@@ -99,6 +99,9 @@ class SearchSpace:
                 return k
         raise KeyError(name)
 
+    def knob_names(self) -> list[str]:
+        return [k.name for k in self.knobs]
+
     def reference_config(self) -> dict:
         return {k.name: k.reference for k in self.knobs}
 

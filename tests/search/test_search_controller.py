@@ -262,3 +262,30 @@ def test_empirical_prior_revision_after_repeated_failures():
     assert c.state_summary()["prior_revised"] == c.time.revision.revised
     # the revised prior is what the refit model now carries
     assert c.time.revision.n_informed >= 3
+
+
+def test_escape_distance_grows_and_warm_restart_from_a_distinct_class():
+    c = ctrl_for()
+    c.starts = []
+    other = c.reference.with_values({"algo": "tree"})
+    c.tell(other, ok(0.09))                      # a different configuration class, slower
+    inc = c.reference.with_values({"compile": True, "recompute": "none", "fused_ce": False})
+    c.tell(inc, ok(0.30, 78.0))
+    flat = [inc.with_values({"workers": 4}), inc.with_values({"workers": 8}),
+            inc.with_values({"workers": 4}, patches={"p1"})]
+    for f in flat:
+        c.tell(f, ok(0.295, 78.0))
+    assert c.stall == 3
+    big = c.big_knobs()
+    esc = [p for p in c.ask(8) if c.proposed_by[p] == "escape"]
+    assert esc and all(sum(p.value(k) != inc.value(k) for k in big) >= 2 for p in esc)
+    c2 = ctrl_for()
+    c2.starts = []
+    c2.tell(other, ok(0.09))
+    c2.tell(inc, ok(0.30, 78.0))
+    for f in flat + [inc.with_values({"workers": 8}, patches={"p2"})]:
+        c2.tell(f, ok(0.295, 78.0))
+    assert c2.stall == 4
+    first = c2.ask(1)[0]
+    assert c2.proposed_by[first] == "restart"
+    assert sum(first.value(k) != other.value(k) for k in c2.space.knob_names()) <= 2
