@@ -53,7 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--size", choices=sorted(SIZES), default="tiny")
     p.add_argument("--updates", type=int, default=30)
     p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--micro-batch", type=int, default=2)
+    p.add_argument("--micro-batch", type=int, default=1)
     p.add_argument("--grad-accum", type=int, default=None, help="derived from the global batch; checked if given")
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--attention", choices=["naive", "sdpa"], default="naive")

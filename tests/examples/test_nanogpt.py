@@ -26,8 +26,8 @@ from controller.errors import PatchError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "nanogpt"
 HAVE_WRAPPER = importlib.util.find_spec("verifier.exec") is not None and importlib.util.find_spec("verifier.judge") is not None
-UPDATES, WINDOW = 20, (6, 20)
-REF = ["--micro-batch", "2"]
+UPDATES, WINDOW = 16, (5, 16)
+REF = ["--micro-batch", "1"]
 TUNED = ["--micro-batch", "64", "--activation-checkpointing", "0", "--attention", "sdpa", "--optimizer-impl", "foreach"]
 FAITHFUL = ["cached_causal_mask.diff", "fused_qkv.diff", "no_item_sync.diff", "zero_grad_set_to_none.diff"]
 
@@ -144,7 +144,7 @@ def test_loss_falls_and_header(runs: dict[str, dict[str, Any]]) -> None:
 def test_micro_batch_split_keeps_losses_and_data(runs: dict[str, dict[str, Any]]) -> None:
     for other in ("tuned", "skip_microsteps.diff"):
         assert runs[other]["header"]["model_digest"] == runs["ref"]["header"]["model_digest"]
-    a, b = _losses(runs["ref"]), _losses(runs["tuned"])  # 2 x 32 vs 64 x 1 sequences
+    a, b = _losses(runs["ref"]), _losses(runs["tuned"])  # 1 x 64 vs 64 x 1 sequences
     assert all(abs(x - y) <= 1e-4 * abs(x) for x, y in zip(a, b)), (a, b)
     assert [u["batch_digest"] for u in runs["ref"]["updates"]] == [u["batch_digest"] for u in runs["tuned"]["updates"]]
 
@@ -158,7 +158,7 @@ def _window_time(run: dict[str, Any]) -> float:
 
 
 def test_tuned_knobs_are_faster_on_cpu(runs: dict[str, dict[str, Any]]) -> None:
-    assert _window_time(runs["tuned"]) < 0.8 * _window_time(runs["ref"])
+    assert _window_time(runs["tuned"]) < 0.5 * _window_time(runs["ref"])
 
 
 def test_intake_classifies_every_shipped_patch(repo: Path) -> None:
