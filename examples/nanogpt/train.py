@@ -28,6 +28,7 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 
@@ -67,7 +68,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def fail(msg: str) -> "NoReturn":  # type: ignore[name-defined]  # noqa: F821
+def fail(msg: str) -> NoReturn:
+    """Report a bad flag combination and exit with status 2."""
     print(f"train.py: error: {msg}", file=sys.stderr)
     sys.exit(2)
 
