@@ -45,6 +45,7 @@ class MatrixResult:
     verdict: Verdict
     agree: bool
     seconds: float
+    log_tail: str = ""
 
     @property
     def got(self) -> str:
@@ -56,6 +57,7 @@ class MatrixResult:
         """JSON row."""
         return {"case": self.case.name, "kind": self.case.kind, "expect": self.case.expect, "got": self.got,
                 "agree": self.agree, "seconds": round(self.seconds, 2), "summary": self.verdict.summary(),
+                "log_tail": self.log_tail,
                 "rejecting": [it.name for it in self.verdict.rejecting]}
 
 
@@ -149,7 +151,12 @@ def run_matrix(jobs: int = 2, only: list[str] | None = None, keep: Path | None =
             raw = path.read_bytes() if path.exists() else b""
             raw = _post_process(case, raw, master) if raw else raw
             verdict = judge_raw(raw, refs, spec, master, f"matrix-{case.name}")
-            results.append(MatrixResult(case, verdict, _agrees(case, verdict), secs))
+            agree = _agrees(case, verdict)
+            tail = ""
+            if not agree:
+                log = path.parent / "job.log"
+                tail = "\n".join(log.read_text(errors="replace").splitlines()[-8:]) if log.exists() else "(no job.log)"
+            results.append(MatrixResult(case, verdict, agree, secs, tail))
         return results
     finally:
         if keep is None:
@@ -163,6 +170,10 @@ def format_matrix(results: list[MatrixResult]) -> str:
         rows.append((r.case.name, r.case.kind, r.case.expect, r.got, "yes" if r.agree else "NO", r.verdict.summary()))
     width = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = ["  ".join([c.ljust(width[i]) for i, c in enumerate(row[:5])] + [row[5]]) for row in rows]
+    for r in results:
+        if not r.agree and r.log_tail:
+            lines.append(f"--- {r.case.name}: last lines of job.log")
+            lines += ["    " + ln for ln in r.log_tail.splitlines()]
     n = sum(r.agree for r in results)
     lines.append(f"agreement: {n}/{len(results)}")
     return "\n".join(lines)

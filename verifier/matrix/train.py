@@ -268,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     if ddp:
         import torch.distributed as dist
 
+        dist.barrier()  # leave together: a rank exiting while the other still talks can fail the launcher
         dist.destroy_process_group()
     return 0
 
