@@ -116,3 +116,30 @@ def test_matrix_subset_from_the_cli():
     assert p.stdout.splitlines()[-1] == "agreement: 3/3"
     bad = _infrarsi("verify", "matrix", "--only", "nonesuch")
     assert bad.returncode == 2 and "unknown matrix case 'nonesuch'" in bad.stderr
+
+
+def test_spec_from_contract_reads_the_judging_facts(tmp_path):
+    from verifier.cli import VerifyUsageError, spec_from_contract
+    from verifier.spec import JudgeSpec
+
+    (tmp_path / "model.py").write_text("x = 1\n")
+    c = tmp_path / "infrarsi.yaml"
+    c.write_text(textwrap.dedent("""
+        name: demo
+        launch: {command: python train.py}
+        workload: {tokens_per_update: 4096, seq_len: 64, static: {global_batch: 64}}
+        trial: {updates: 20, window: [6, 20]}
+        frozen_files: [model.py]
+        precision_menu: [fp32, bf16]
+        loss_tolerance: 0.05
+        memory_cap_gib: 40
+    """))
+    d = spec_from_contract(str(c))
+    spec = JudgeSpec.from_dict(d)
+    assert spec.window == (6, 20) and spec.tokens_per_update == 4096 and spec.tau == 0.05
+    assert spec.static_invariants == ("global_batch",) and spec.precision_menu == ("fp32", "bf16")
+    import hashlib
+    assert spec.frozen_manifest == {"model.py": hashlib.sha256(b"x = 1\n").hexdigest()}
+    (tmp_path / "model.py").unlink()
+    with pytest.raises(VerifyUsageError, match="frozen file model.py"):
+        spec_from_contract(str(c))
