@@ -106,6 +106,19 @@ def _read_key(opts: ExecOptions) -> bytes | None:
         raise WrapperError(str(exc)) from None
 
 
+def _harden() -> None:
+    """Make this process non-dumpable (Linux): its /proc/<pid>/environ and memory, which hold
+    the key, become unreadable to the job's same-uid processes.  Best effort; execve resets
+    the flag for the child itself."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        pass
+
+
 def _read_receipts(fh: BinaryIO, st: _State) -> None:
     for raw in iter(lambda: fh.readline(MAX_LINE), b""):
         now = time.monotonic() - st.t0
@@ -171,6 +184,7 @@ def run_wrapped(opts: ExecOptions) -> int:
     """
     if not opts.argv:
         raise WrapperError("no command given after --")
+    _harden()
     key = _read_key(opts)
     cwd = Path(opts.cwd or os.getcwd())
     manifest: dict[str, str] = {}
