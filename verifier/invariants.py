@@ -397,11 +397,11 @@ def timing_consistent(trial: Receipt, refs: Refs, spec: JudgeSpec) -> Item:
         return Item("timing_consistent", "L5", "unchecked", "no reference")
     rw = statistics.fmean(window_mean_step_time(r, spec.window) for r in refs)
     rj = statistics.fmean(job_mean_step_time(r, spec.window) for r in refs)
-    if not (rw > 0 and rj > 0):
+    if not (0 < rw < math.inf and 0 < rj < math.inf):
         return Item("timing_consistent", "L5", "unchecked", "the reference has no clock timestamps in the window")
     cw, cj = window_mean_step_time(trial, spec.window), job_mean_step_time(trial, spec.window)
-    if not (cj > 0):
-        return Item("timing_consistent", "L5", "fail", "no job-reported step times in the window")
+    if not (0 < cj < math.inf):
+        return Item("timing_consistent", "L5", "fail", "no valid job-reported step times in the window")
     if not (cw > 0):
         return Item("timing_consistent", "L5", "fail", "no wrapper clock time passed inside the window")
     gain_wrapper, gain_job = math.log(rw / cw), math.log(rj / cj)

@@ -24,10 +24,17 @@ class ReceiptError(ValueError):
 
 
 def num(value: Any) -> float:
-    """Receipt number -> float, turning the emitter's ``"NaN"``/``"Infinity"`` strings back; None -> NaN."""
-    if value is None:
+    """Receipt number -> float, turning the emitter's ``"NaN"``/``"Infinity"`` strings back.
+
+    Anything that is not a number or such a string (None, bools, objects, text written
+    by a misbehaving job) becomes NaN, so judging never raises on odd receipts.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return math.nan
-    return float(value)
+    try:
+        return float(value)
+    except ValueError:
+        return math.nan
 
 
 @dataclass(frozen=True)
@@ -138,6 +145,6 @@ def classify_outcome(receipt: Receipt) -> str:
         return "oom"
     if w.get("exit_code") != 0 or w.get("signal"):
         return "crash"
-    if receipt.footer is None or int(receipt.footer.get("completed", -1)) != len(receipt.updates):
+    if receipt.footer is None or receipt.footer.get("completed") != len(receipt.updates):
         return "crash"
     return "ok"

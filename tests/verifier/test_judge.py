@@ -102,3 +102,14 @@ def test_rejudge_counts_by_layer_and_invariant(spec):
     assert len(c.errors) == 1 and c.errors[0].startswith("e: ")
     table = c.table()
     assert "completes" in table and "total 4: 1 valid, 3 rejected" in table
+
+
+@pytest.mark.parametrize("value", ["abc", None, {"x": 1}, [1], True, "1e999"])
+def test_garbage_values_from_a_misbehaving_job_never_crash_the_judge(make, spec, value):
+    def garble(d):
+        for key in ("loss", "grad_norm", "tokens", "opt_step", "lr", "step_time_s", "peak_mem_gib", "batch_digest"):
+            d["updates"][5][key] = value
+        d["header"]["params"] = value
+        d["footer"]["completed"] = value
+    v = judge(make(garble), [make()], spec)
+    assert not v.accepted and len(v.items) == 16
