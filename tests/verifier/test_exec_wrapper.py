@@ -83,7 +83,8 @@ print("not a receipt line")
     assert rec["header"]["model_digest"] == "md" and rec["footer"]["completed"] == 4
     t = [u["wall_t"] for u in rec["updates"]]
     gaps = [b - a for a, b in zip(t, t[1:])]
-    assert all(0.2 <= g <= 0.6 for g in gaps), gaps          # wrapper clock, not the job's 0.001
+    assert all(0.1 <= g <= 2.0 for g in gaps), gaps          # wrapper clock, not the job's 0.001
+    assert t[-1] - t[0] >= 0.7
     assert classify_outcome(load_receipt(json.dumps(rec).encode(), MASTER, "t1")) == "ok"
     assert rec["wrapper"]["wall_s"] >= t[-1]
 
