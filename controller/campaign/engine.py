@@ -66,6 +66,8 @@ class CampaignEngine:
         self.progress = progress or (lambda msg: None)
         self.partition_limits = dict(partition_limits or {})
         self._contracts: dict[int, Contract] = {}
+        #: when True no new trial is launched (drain: live trials are still polled and ingested)
+        self.paused = False
         self._refs: dict[int, list[Receipt]] = {}
 
     # ------------------------------------------------------------------ helpers
@@ -185,7 +187,10 @@ class CampaignEngine:
         return refs
 
     # ------------------------------------------------------------------ launching
-    def _new_trial(self, c: CampaignRecord, stage: str, cand: Candidate, group_key: str | None = None) -> TrialRecord:
+    def _new_trial(self, c: CampaignRecord, stage: str, cand: Candidate,
+                   group_key: str | None = None) -> TrialRecord | None:
+        if self.paused:
+            return None
         contract = self.contract(c)
         key = uuid.uuid4().hex
         seq_guess = len(self.store.list_trials(c.id)) + 1

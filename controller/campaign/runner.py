@@ -69,14 +69,19 @@ def find_campaign(store: Store, contract_path: str | Path, include_terminal: boo
 
 
 def drive(engine: CampaignEngine, campaign_id: int, until: str = "done", poll_s: float = 0.5,
-          max_wall_s: float | None = None) -> CampaignRecord:
-    """Tick ``campaign_id`` until it reaches ``until`` (or later) or a terminal state."""
+          drain_after_s: float | None = None) -> CampaignRecord:
+    """Tick ``campaign_id`` until it reaches ``until`` (or later) or a terminal state.
+
+    With ``drain_after_s``, stop launching new trials after that many seconds, wait for the live ones to be
+    ingested, and return (the campaign stays resumable: run again to continue)."""
     target = STATE_ORDER.index(until)
     start = time.monotonic()
     while True:
         c = engine.tick(campaign_id)
         if c.terminal or (c.state in STATE_ORDER and STATE_ORDER.index(c.state) >= target):
             return c
-        if max_wall_s is not None and time.monotonic() - start > max_wall_s:
-            return c
+        if drain_after_s is not None and time.monotonic() - start > drain_after_s:
+            engine.paused = True
+            if not engine.store.live_trials([campaign_id]):
+                return c
         time.sleep(poll_s)

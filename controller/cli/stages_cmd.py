@@ -38,7 +38,8 @@ def _campaign(engine: CampaignEngine, contract: str, campaign_id: int | None, ex
             raise InfrarsiError(str(exc.args[0])) from None
     found = None if new else find_campaign(engine.store, contract, include_terminal=not create)
     if found is not None:
-        click.echo(f"resuming campaign {found.id} ({found.state})", err=True)
+        if create:
+            click.echo(f"resuming campaign {found.id} ({found.state})", err=True)
         return found
     if not create:
         raise InfrarsiError(f"no campaign for {contract}: run 'infrarsi run {contract}' first")
@@ -90,11 +91,18 @@ def doctor_cmd(contract: str, campaign_id: int | None) -> None:
 @click.option("--executor", type=click.Choice(["local", "slurm"]), default="local", show_default=True)
 @click.option("--new", is_flag=True, help="Start a new campaign even if one exists for this contract.")
 @click.option("--seed", type=int, default=0, show_default=True)
-def run_cmd(contract: str, campaign_id: int | None, executor: str, new: bool, seed: int) -> None:
+@click.option("--drain-after", type=float, default=None, metavar="SECONDS",
+              help="Stop launching trials after SECONDS, finish the live ones and exit (resume by running again).")
+def run_cmd(contract: str, campaign_id: int | None, executor: str, new: bool, seed: int,
+            drain_after: float | None) -> None:
     """Run the whole campaign in-process (init, doctor, search, back-to-back verification, report)."""
     engine = _engine()
-    c = drive(engine, _campaign(engine, contract, campaign_id, executor=executor, new=new, seed=seed).id)
+    c = drive(engine, _campaign(engine, contract, campaign_id, executor=executor, new=new, seed=seed).id,
+              drain_after_s=drain_after)
     _finish(c)
+    if c.state != "done":
+        click.echo(f"campaign {c.id} paused in state {c.state}: run the same command again to resume")
+        return
     rd = report_dir(c)
     click.echo(f"campaign {c.id} done: delivered speedup {c.delivered_speedup:.3f}x "
                f"({(c.result or {}).get('promotion', {}).get('reason', '')})")

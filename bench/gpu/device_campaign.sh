@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Run (or resume) the nanogpt-355m campaign on a lent H200 with the LocalExecutor and SQLite, for at most
+# DRAIN seconds of launching, then copy the state (database, signing key) and the report to $OUT.
+#   bash bench/gpu/device_campaign.sh DRAIN_SECONDS [handtune-configs]
+# State travels between machine calls in .gpu-state/ (carried; ignored by git).  The example is copied to
+# /tmp/nano and committed with fixed author/dates so its commit id (locked by init) is the same on every machine.
+set -uo pipefail
+DRAIN=${1:-420}
+HAND=${2:-}
+ROOT=$(pwd)
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$ROOT PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
+export INFRARSI_HOME=$ROOT/.gpu-state INFRARSI_SCRATCH=/tmp/infrarsi-scratch INFRARSI_GPU_CLASS=h200
+mkdir -p "$INFRARSI_HOME"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+rm -rf /tmp/nano && cp -r examples/nanogpt /tmp/nano && rm -rf /tmp/nano/__pycache__
+export GIT_AUTHOR_DATE="2026-11-29T00:00:00Z" GIT_COMMITTER_DATE="2026-11-29T00:00:00Z"
+(cd /tmp/nano && git init -q && git add -A && git -c user.name=infrarsi -c user.email=i@i commit -qm nanogpt && git rev-parse HEAD)
+cd /tmp/nano
+python3 -m controller.cli.main run infrarsi.gpu-short.yaml --drain-after "$DRAIN" 2>&1 | tee "$OUT/campaign.log"
+cd "$ROOT"
+if [ -n "$HAND" ]; then
+    python3 bench/gpu/handtune.py --configs "$HAND" --json "$OUT/handtune.json" 2>&1 | tail -20
+fi
+cp "$INFRARSI_HOME/infrarsi.sqlite" "$INFRARSI_HOME/signing.key" "$OUT/" 2>/dev/null
+rep=$(ls -d /tmp/infrarsi-scratch/*/report 2>/dev/null | head -1)
+[ -n "$rep" ] && cp "$rep/REPORT.md" "$rep/result.json" "$rep/progress.png" "$OUT/" 2>/dev/null
+ls -la "$OUT"
