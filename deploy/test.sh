@@ -7,4 +7,5 @@ python3 -m pip install -q --disable-pip-version-check -e '.[dev,train]' 2>&1 | g
 python3 -c "import controller, verifier, surrogate, torch" || { echo "test.sh: install failed" >&2; exit 1; }
 bash deploy/slurm-up.sh
 bash deploy/pg-up.sh
+export OPENBLAS_NUM_THREADS=1
 exec python3 -m pytest -q -p no:cacheprovider "$@"
