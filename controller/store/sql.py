@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import zlib
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -365,7 +366,7 @@ class SqlStore(Store):
         if self.dialect == "postgresql":
             conn = self.engine.connect()
             try:
-                key = _ADVISORY_KEY ^ (hash(name) & 0xFFFF)
+                key = _ADVISORY_KEY ^ (zlib.crc32(name.encode()) & 0xFFFF)  # stable across processes
                 got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar())
                 conn.commit()
                 try:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 TOY = Path(__file__).parent / "toy"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def git_repo(src: Path, dst: Path) -> Path:
@@ -25,6 +26,7 @@ def cli_env(home: Path, **extra: str) -> dict[str, str]:
         env.pop(k, None)
     env["INFRARSI_HOME"] = str(home)
     env["OPENBLAS_NUM_THREADS"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
     env.update(extra)
     return env
 

@@ -21,8 +21,8 @@ from tests.campaign.helpers import cli_env, infrarsi
 POINTS = [("after_intent", "3"), ("after_submit", "2"), ("in_ingest", "3")]
 
 
-def _check_accounting(home: Path, run_log: Path, campaign_id: int) -> dict:
-    db = create_engine(f"sqlite:///{home / 'infrarsi.sqlite'}")
+def _check_accounting(home: Path, run_log: Path, campaign_id: int, url: str | None = None) -> dict:
+    db = create_engine(url or f"sqlite:///{home / 'infrarsi.sqlite'}")
     with db.connect() as conn:
         trials = conn.execute(text("SELECT id, trial_key, status, outcome, stage FROM trials WHERE campaign_id=:c"),
                               {"c": campaign_id}).all()
