@@ -76,3 +76,11 @@ def infrarsi_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("INFRARSI_SCRATCH", raising=False)
     monkeypatch.delenv("INFRARSI_KEY_FILE", raising=False)
     return home
+
+
+@pytest.fixture
+def toy_repo(tmp_path: Path) -> Path:
+    """The toy workload (tests/campaign/toy) copied into its own git repository."""
+    from tests.campaign.helpers import TOY, git_repo
+
+    return git_repo(TOY, tmp_path / "toy")
