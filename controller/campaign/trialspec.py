@@ -103,6 +103,7 @@ def build_spec(contract: Contract, scope: dict[str, Any], config: dict[str, Any]
         key_file=write_key_file(out, master_key, trial_key),
         frozen_manifest=manifest,
         memory_cap_gib=contract.memory_cap_gib,
+        pending_deadline_s=launch.pending_deadline_s,
     )
 
 

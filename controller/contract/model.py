@@ -133,21 +133,32 @@ class Launch(_Strict):
     mem_gb: float | None = Field(default=None, gt=0)
     cpus_per_task: int | None = Field(default=None, ge=1)
     env: dict[str, str] = Field(default_factory=dict)
+    pending_deadline: str | None = Field(
+        default=None, description="Cancel (and account) a trial still pending after this long, e.g. 01:00:00.")
 
-    @field_validator("time_limit")
+    @field_validator("time_limit", "pending_deadline")
     @classmethod
-    def _time(cls, v: str) -> str:
-        if not _TIME_RE.match(v):
-            raise ValueError(f"'{v}' is not a Slurm time limit like 00:30:00 or 1-00:00:00")
+    def _time(cls, v: str | None) -> str | None:
+        if v is not None and not _TIME_RE.match(v):
+            raise ValueError(f"'{v}' is not a Slurm time like 00:30:00 or 1-00:00:00")
         return v
+
+    @staticmethod
+    def _seconds(value: str) -> int:
+        m = _TIME_RE.match(value)
+        assert m is not None
+        days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
+        return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
     @property
     def time_limit_s(self) -> int:
         """The time limit in seconds."""
-        m = _TIME_RE.match(self.time_limit)
-        assert m is not None
-        days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
-        return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+        return self._seconds(self.time_limit)
+
+    @property
+    def pending_deadline_s(self) -> int | None:
+        """The pending deadline in seconds (None: wait forever)."""
+        return None if self.pending_deadline is None else self._seconds(self.pending_deadline)
 
     @property
     def world_size(self) -> int:
