@@ -44,7 +44,12 @@ class Settings:
     def from_env(cls) -> "Settings":
         home = Path(os.environ.get("INFRARSI_HOME") or _default_home()).expanduser().resolve()
         url = os.environ.get("INFRARSI_DATABASE_URL") or f"sqlite:///{home / 'infrarsi.sqlite'}"
-        scratch = Path(os.environ.get("INFRARSI_SCRATCH") or home / "scratch").expanduser().resolve()
+        scratch_env = os.environ.get("INFRARSI_SCRATCH")
+        if not scratch_env and os.environ.get("INFRARSI_CONFIG"):
+            from controller.config import daemon_config
+
+            scratch_env = daemon_config().scratch_dir
+        scratch = Path(scratch_env or home / "scratch").expanduser().resolve()
         key = Path(os.environ.get("INFRARSI_KEY_FILE") or home / "signing.key").expanduser().resolve()
         return cls(home=home, database_url=normalize_url(url), scratch=scratch, key_file=key)
 

@@ -26,16 +26,25 @@ STATE_ORDER = ("init", "doctor", "run", "verify", "report", "done")
 
 def executor_factory(settings: Settings) -> Callable[[str], Executor]:
     """Build executors by name from the environment (``INFRARSI_LOCAL_SLOTS``, ``INFRARSI_POLL_S``)."""
+    from controller.config import daemon_config
     from controller.executors import make_executor
 
+    cfg = daemon_config()
+
     def make(name: str) -> Executor:
+        kw: dict = dict(cfg.executor.options) if cfg.executor.name == name else {}
         if name == "local":
-            return make_executor("local", max_concurrent=int(os.environ.get("INFRARSI_LOCAL_SLOTS", "1")))
+            if os.environ.get("INFRARSI_LOCAL_SLOTS") or "max_concurrent" not in kw:
+                kw["max_concurrent"] = int(os.environ.get("INFRARSI_LOCAL_SLOTS", "1"))
+            return make_executor("local", **kw)
         if name == "slurm":
-            kw = {"state_dir": settings.home / "slurm"}
+            kw.setdefault("state_dir", settings.home / "slurm")
             if os.environ.get("INFRARSI_POLL_S"):
                 kw["steady_interval_s"] = float(os.environ["INFRARSI_POLL_S"])
-            return make_executor("slurm", **kw)
+            try:
+                return make_executor("slurm", **kw)
+            except TypeError as exc:
+                raise InfrarsiError(f"executor.options: {exc}") from None
         raise InfrarsiError(f"executor: unknown backend '{name}' (local or slurm)")
 
     return make

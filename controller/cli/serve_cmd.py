@@ -53,10 +53,13 @@ def serve_cmd(interval: float, metrics_port: int | None, once: bool, exit_when_i
 
 
 def _partition_limits() -> dict[str, int]:
-    """``INFRARSI_PARTITION_LIMITS="gpu=64,debug=4"`` -> {"gpu": 64, "debug": 4}."""
+    """Per-partition limits on live trials: the config file's ``partition_limits``, overridden by
+    ``INFRARSI_PARTITION_LIMITS="gpu=64,debug=4"``."""
     import os
 
-    out = {}
+    from controller.config import daemon_config
+
+    out = dict(daemon_config().partition_limits)
     for part in filter(None, os.environ.get("INFRARSI_PARTITION_LIMITS", "").split(",")):
         name, _, n = part.partition("=")
         out[name.strip()] = int(n)
