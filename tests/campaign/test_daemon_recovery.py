@@ -87,3 +87,11 @@ def test_embedded_run_resumes_after_sigkill(tmp_path: Path, toy_repo: Path) -> N
     report = (Path(json.loads(infrarsi("campaign", "show", "1", "--json", env=env).stdout)["workdir"]) /
               "report" / "REPORT.md")
     assert report.is_file()
+    # offline re-verification from the real store agrees with the online verdicts
+    rejudged = infrarsi("verify", "--rejudge", "1", env=env)
+    db = create_engine(f"sqlite:///{home / 'infrarsi.sqlite'}")
+    with db.connect() as conn:
+        online_rejected = conn.execute(text("SELECT COUNT(*) FROM trials WHERE outcome='rejected'")).scalar()
+    total = out["trials"]
+    assert f"total {total}: {total - online_rejected} valid, {online_rejected} rejected" in rejudged.stdout, \
+        rejudged.stdout

@@ -34,10 +34,11 @@ if a.fail_on_speed and a.speed == a.fail_on_speed:
 rx = Receipts.from_env()
 rx.header(model_digest="toy-model-v1", params=1000, precision="fp32", world_size=1, tokens_per_update=32,
           seq_len=16, versions={"python": sys.version.split()[0]}, extra={})
+t_prev = time.perf_counter()
 for i in range(1, a.updates + 1):
-    t0 = time.perf_counter()
     time.sleep(a.base / a.speed)
-    dt = time.perf_counter() - t0
+    now = time.perf_counter()
+    dt, t_prev = now - t_prev, now  # loop-to-loop, like the adapters: emit overhead included
     digest = hashlib.sha1(f"batch-{i}".encode()).hexdigest()[:16]
     rx.update(index=i, loss=3.0 / (1 + 0.1 * i), grad_norm=1.0 / i, tokens=32, samples=2, seq_len=16, opt_step=i,
               lr=1e-3, batch_digest=digest, step_time_s=dt, peak_mem_gib=None,
