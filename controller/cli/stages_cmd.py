@@ -80,6 +80,9 @@ def doctor_cmd(contract: str, campaign_id: int | None) -> None:
     d = c.doctor or {}
     click.echo(f"campaign {c.id}: reference {d['t0'] * 1000:.2f} ms/update, sigma_pair {d['sigma_pair']:.4f}, "
                f"promotion margin {d['promotion_margin'] * 100:.2f}%")
+    cov = d.get("experience_coverage") or {}
+    click.echo(f"  experience bank: {len(cov.get('knobs', []))}/{cov.get('of', 0)} searched knobs have verified "
+               f"records ({', '.join(cov.get('knobs', [])) or 'none'})")
     total = sum(d.get("phases", {}).values()) or 1.0
     for k, v in sorted(d.get("phases", {}).items(), key=lambda kv: -kv[1]):
         click.echo(f"  {k:<10} {v * 1000:8.2f} ms  {v / total * 100:5.1f}%")
