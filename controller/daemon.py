@@ -107,7 +107,8 @@ class Daemon:
         """One pass over open campaigns; returns how many are still open."""
         t_start = time.monotonic()
         open_campaigns = self.store.list_campaigns([s for s in CAMPAIGN_STATES if s not in TERMINAL_STATES])
-        for c in open_campaigns:
+        draining = {t.campaign_id for t in self.store.live_trials()} - {c.id for c in open_campaigns}
+        for c in open_campaigns + [self.store.get_campaign(cid) for cid in sorted(draining)]:
             t0 = time.monotonic()
             try:
                 after = self.engine.tick(c.id)
@@ -127,7 +128,7 @@ class Daemon:
         for c in self.store.list_campaigns():
             counts[c.state] = counts.get(c.state, 0) + 1
         self.metrics.campaigns = counts
-        return len(open_campaigns)
+        return len(open_campaigns) + len(draining)
 
     def run(self, once: bool = False, exit_when_idle: bool = False) -> None:
         """Run until stopped (SIGTERM/SIGINT), after one cycle (``once``), or when no campaign is open."""

@@ -98,7 +98,9 @@ class CampaignEngine:
         message; store and executor outages propagate (the caller retries on its next tick)."""
         c = self.store.get_campaign(campaign_id)
         if c.terminal:
-            return c
+            if self.store.live_trials([campaign_id]):  # e.g. cancelled: keep polling until every job is accounted
+                self._reconcile(c, drain=True)
+            return self.store.get_campaign(campaign_id)
         try:
             self._reconcile(c)
             c = self.store.get_campaign(campaign_id)
@@ -113,8 +115,12 @@ class CampaignEngine:
             self.store.update_campaign(campaign_id, state="failed", error=str(exc))
         return self.store.get_campaign(campaign_id)
 
-    def cancel(self, campaign_id: int, reason: str = "cancelled by user") -> CampaignRecord:
-        """Cancel a campaign and every live job it has; recorded trials are kept (accounted as cancelled)."""
+    def cancel(self, campaign_id: int, reason: str = "cancelled by user", wait_s: float = 60.0) -> CampaignRecord:
+        """Cancel a campaign and every live job it has, then wait up to ``wait_s`` for the executor to confirm
+        each job ended, so every trial is accounted (as cancelled, or as whatever it finished with).  Jobs still
+        live after that are reconciled by later ticks of the daemon."""
+        import time
+
         c = self.store.get_campaign(campaign_id)
         if c.terminal:
             return c
@@ -122,7 +128,13 @@ class CampaignEngine:
         for t in self.store.live_trials([campaign_id]):
             if t.status == "submitted" and t.job_id:
                 self.executor(t.executor).cancel(self._handle(t))
-        self._reconcile(self.store.get_campaign(campaign_id), drain=True)
+        deadline = time.monotonic() + wait_s
+        while True:
+            self._reconcile(self.store.get_campaign(campaign_id), drain=True)
+            live = self.store.live_trials([campaign_id])
+            if not live or time.monotonic() > deadline:
+                break
+            time.sleep(max(0.5, min(5.0, max(self.executor(t.executor).next_poll_in() for t in live))))
         return self.store.get_campaign(campaign_id)
 
     # ------------------------------------------------------------------ reconcile
