@@ -14,7 +14,6 @@ rebuilt by replaying ingested trials (see :mod:`controller.campaign.searchglue`)
 from __future__ import annotations
 
 import logging
-import math
 import statistics
 import uuid
 from pathlib import Path
@@ -99,7 +98,7 @@ class CampaignEngine:
         c = self.store.get_campaign(campaign_id)
         if c.terminal:
             if self.store.live_trials([campaign_id]):  # e.g. cancelled: keep polling until every job is accounted
-                self._reconcile(c, drain=True)
+                self._reconcile(c)
             return self.store.get_campaign(campaign_id)
         try:
             self._reconcile(c)
@@ -130,7 +129,7 @@ class CampaignEngine:
                 self.executor(t.executor).cancel(self._handle(t))
         deadline = time.monotonic() + wait_s
         while True:
-            self._reconcile(self.store.get_campaign(campaign_id), drain=True)
+            self._reconcile(self.store.get_campaign(campaign_id))
             live = self.store.live_trials([campaign_id])
             if not live or time.monotonic() > deadline:
                 break
@@ -142,7 +141,7 @@ class CampaignEngine:
         return JobHandle(trial_id=t.trial_key, backend=t.executor, job_id=t.job_id or "",
                          submit_time=t.submit_time or 0.0, outdir=str(Path(t.outdir)))
 
-    def _reconcile(self, c: CampaignRecord, drain: bool = False) -> None:
+    def _reconcile(self, c: CampaignRecord) -> None:
         live = self.store.live_trials([c.id])
         by_backend: dict[str, list[TrialRecord]] = {}
         for t in live:
@@ -414,6 +413,3 @@ class CampaignEngine:
 
     _state_failed = _state_cancelled = _state_done
 
-
-def _geomean(xs: list[float]) -> float:
-    return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else float("nan")

@@ -7,7 +7,6 @@ is replayed with ``tell`` in ingestion order, so a restarted daemon proposes exa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -55,22 +54,6 @@ def outcome_of(trial: TrialRecord, obs: ObservationRecord | None, capacity_gib: 
         return Outcome(status="rejected", reason=trial.reason or "",
                        rejected_layer=obs.first_failed_layer if obs is not None else None)
     return Outcome(status="crash", reason=trial.reason or trial.outcome or "")
-
-
-@dataclass
-class Doctor:
-    """What the doctor stage measured (stored as the campaign's ``doctor`` JSON)."""
-
-    t0: float
-    sigma_pair: float
-    big_knob_gate: float
-    promotion_margin: float
-    reference_peak_mem_gib: float | None
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Doctor":
-        return cls(t0=d["t0"], sigma_pair=d["sigma_pair"], big_knob_gate=d["big_knob_gate"],
-                   promotion_margin=d["promotion_margin"], reference_peak_mem_gib=d.get("reference_peak_mem_gib"))
 
 
 def noise_from_doctor(doctor: dict[str, Any]) -> Any:

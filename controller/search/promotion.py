@@ -28,5 +28,5 @@ def decide_promotion(reruns: dict[Candidate, list[tuple[float, float]]], margin:
             best = (sp, cand.signature, cand)
     if best is None:
         return Promotion(None, 1.0, f"nothing cleared the promotion margin {margin:.4f}; kept the reference ("
-                         + "; ".join(notes) + ")" if notes else f"no candidate to re-run; kept the reference")
+                         + "; ".join(notes) + ")" if notes else "no candidate to re-run; kept the reference")
     return Promotion(best[2], best[0], f"paired re-runs {best[0]:.4f}x > 1+{margin:.4f} (" + "; ".join(notes) + ")")
