@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from controller.campaign.scope import git
-from controller.errors import PatchError, ScopeError
 from controller.contract.launch import apply_config_edits, render_launch
 from controller.contract.model import Contract
 from controller.executors.base import TrialSpec
@@ -41,14 +40,12 @@ def prepare_source(repo: Path, commit: str, src: Path, patches: list[tuple[str, 
     if src.exists():
         remove_source(repo, src)
     src.parent.mkdir(parents=True, exist_ok=True)
+    from controller.patches.intake import apply_patches
+
     git(repo, "worktree", "add", "--detach", "--force", str(src), commit)
-    for name, text in patches:
-        args = ["apply", "--whitespace=nowarn"] + ([f"--directory={prefix.rstrip('/')}"] if prefix else []) + ["-"]
-        try:
-            git(src, *args, stdin=text)
-        except ScopeError as exc:
-            raise PatchError(f"patch {name} does not apply at {commit[:10]}: {exc}") from None
     workdir = src / prefix if prefix else src
+    if patches:  # paths relative to the target repo (a monorepo prefix is the working directory)
+        apply_patches(workdir, patches)
     if config_edits:
         apply_config_edits(workdir, config_edits)
     return workdir

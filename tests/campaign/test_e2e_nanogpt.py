@@ -46,16 +46,23 @@ def test_nanogpt_campaign_end_to_end(tmp_path: Path) -> None:
     # the frozen-file patch is refused before it runs; broken and cheating patches are rejected by the right layer
     assert "touch_data.diff" in result["refused_patches"]
     assert all("touch_data.diff" not in t["patches"] for t in result["trials"])
-    layers: dict[str, set[str]] = {}
+    # Each bad patch, where it is active, must be rejected no later than its layer: detach_residual breaks the
+    # loss (L4), fake_step_time lies about the clock (L5), skip_microsteps skips work (L2/L3) -- but only when
+    # there are micro-steps to skip (grad_accum > 1); with grad_accum == 1 it computes exactly the same thing.
+    bad_layer = {"detach_residual.diff": "L4", "fake_step_time.diff": "L5", "skip_microsteps.diff": "L3"}
+    tried_active: set[str] = set()
     for t in result["trials"]:
-        for p in t["patches"]:
-            layers.setdefault(p, set()).add(t["first_failed_layer"] if t["outcome"] == "rejected" else t["outcome"])
-    assert layers.get("detach_residual.diff") == {"L4"}, layers
-    for cheat in ("skip_microsteps.diff", "fake_step_time.diff"):
-        assert cheat in layers and layers[cheat] <= {"L2", "L3", "L5"}, layers
-    faithful_ok = [p for p in ("fused_qkv.diff", "cached_causal_mask.diff", "no_item_sync.diff",
-                               "zero_grad_set_to_none.diff") if "ok" in layers.get(p, set())]
-    assert faithful_ok, layers
+        active = [p for p in t["patches"] if p in bad_layer
+                  and not (p == "skip_microsteps.diff" and t["config"]["grad_accum"] == 1)]
+        if not active:
+            continue
+        assert t["outcome"] != "ok", t  # never accepted (a patch conflict or crash also stops it)
+        if t["outcome"] == "rejected":
+            tried_active |= set(active)
+            assert t["first_failed_layer"] <= min(bad_layer[p] for p in active), t
+    assert tried_active == set(bad_layer), tried_active
+    faithful = {"fused_qkv.diff", "cached_causal_mask.diff", "no_item_sync.diff", "zero_grad_set_to_none.diff"}
+    assert any(t["outcome"] == "ok" and t["patches"] and set(t["patches"]) <= faithful for t in result["trials"])
     assert sum(result["rejections_by_layer"].values()) >= 3
     assert result["cost"]["total_gpu_hours"] > 0
 
