@@ -203,13 +203,15 @@ class ReceiptLogger:
         ``step_time_s`` overrides the logger's own begin-to-end timing.
         """
         _sync()
-        now = time.perf_counter()
-        dt = now - self._t0 if step_time_s is None else float(step_time_s)
-        self._last_end = now
         self.index += 1
         gn = grad_norm if grad_norm is not None else self._gn if self._gn is not None else 0.0
         loss_f = float(loss.detach().float().item()) if hasattr(loss, "detach") else float(loss)
         loss_f, gn, tokens, samples = self._reduce(loss_f, float(gn), self._tokens, self._samples)
+        # stop the clock after the cross-rank reduction, right before the line is written: the job's update
+        # boundary then coincides with the wrapper's stamp, whatever the ranks' skew (L5 timing_consistent)
+        now = time.perf_counter()
+        dt = now - self._t0 if step_time_s is None else float(step_time_s)
+        self._last_end = now
         if lr is None:
             lr = self._lr
         self.rx.update(
