@@ -42,6 +42,26 @@ def _changed(ref: dict[str, Any], cfg: dict[str, Any]) -> dict[str, list[Any]]:
     return {k: [ref.get(k), v] for k, v in sorted(cfg.items()) if ref.get(k) != v}
 
 
+def combined_diff(repo: Path, scope: dict[str, Any], patches: list[str]) -> str:
+    """One unified diff of ``patches`` applied in order to the locked commit (paths relative to the target repo),
+    so it applies in one ``git apply`` even when several patches touch the same file."""
+    import tempfile
+
+    from controller.campaign.scope import git
+    from controller.campaign.trialspec import prepare_source, remove_source
+
+    if not patches:
+        return ""
+    prefix = str(scope.get("prefix") or "")
+    with tempfile.TemporaryDirectory(prefix="infrarsi-diff-") as tmp:
+        src = Path(tmp) / "src"
+        prepare_source(repo, scope["commit"], src, [(p, scope["patches"][p]) for p in patches], {}, prefix)
+        try:
+            return git(src, "diff", *([f"--relative={prefix}"] if prefix else []))
+        finally:
+            remove_source(repo, src)
+
+
 def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
     """Collect everything REPORT.md and apply need, from the store and the rebuilt search controller."""
     store = engine.store
@@ -83,7 +103,7 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
                  and p["group"].startswith(cand["signature"][:16])]
         promoted = {
             "config": full, "changed": _changed(ref_full, full), "patches": cand["patches"],
-            "diff": "".join(scope.get("patches", {}).get(p, "") for p in cand["patches"]),
+            "diff": combined_diff(Path(c.repo_path), scope, cand["patches"]),
             "step_time_s": sorted(times)[len(times) // 2] if times else None, "speedup": speedup,
             "verdicts": [v.__dict__ for v in verdicts],
         }
