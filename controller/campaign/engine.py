@@ -174,7 +174,7 @@ class CampaignEngine:
                               self.settings.master_key(), refs, spec, self._devices(contract), contract.memory_cap_gib)
         if self.store.ingest(t.id, ing):
             self.progress(self._describe(c, t, ing))
-        remove_source(Path(c.repo_path), trial_dirs(Path(c.workdir), t.seq, t.trial_key)[0])
+        remove_source(Path(c.repo_path), trial_dirs(Path(c.workdir), t.trial_key)[0])
 
     def _describe(self, c: CampaignRecord, t: TrialRecord, ing: Any) -> str:
         knobs = ", ".join(f"{k}={v}" for k, v in sorted(t.config.items()))
@@ -204,8 +204,7 @@ class CampaignEngine:
             return None
         contract = self.contract(c)
         key = uuid.uuid4().hex
-        seq_guess = len(self.store.list_trials(c.id)) + 1
-        _, out = trial_dirs(Path(c.workdir), seq_guess, key)
+        _, out = trial_dirs(Path(c.workdir), key)
         t = self.store.add_trial_intent(c.id, key, stage, cand.as_dict(), sorted(cand.patches), cand.signature,
                                         c.executor, str(out), self._devices(contract), c.partition, group_key)
         crash_point("after_intent")
@@ -216,7 +215,7 @@ class CampaignEngine:
         """Launch (or adopt) the job of a trial recorded as ``intent``."""
         contract = self.contract(c)
         scope = c.scope or {}
-        src, _ = trial_dirs(Path(c.workdir), t.seq, t.trial_key)
+        src, _ = trial_dirs(Path(c.workdir), t.trial_key)
         out = Path(t.outdir)
         ex = self.executor(t.executor)
         adopt = getattr(ex, "adopt", None)

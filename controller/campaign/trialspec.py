@@ -1,6 +1,6 @@
 """Build a trial's source tree and its :class:`TrialSpec` from the contract, the scope lock and a candidate.
 
-Each launch gets its own directory ``<campaign workdir>/trials/<seq>-<key>/`` holding ``src/`` (a git worktree
+Each launch gets its own directory ``<campaign workdir>/trials/<key[:16]>/`` holding ``src/`` (a git worktree
 of the locked commit with the candidate's patches and config edits applied) and ``out/`` (receipt, log, the
 per-trial key file the wrapper deletes on start, the frozen manifest, and fresh compile caches so nothing leaks
 from one trial into the next).
@@ -23,8 +23,8 @@ from verifier.signing import derive_trial_key
 CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
 
-def trial_dirs(workdir: Path, seq: int, trial_key: str) -> tuple[Path, Path]:
-    """``(src, out)`` directories of one launch (named by the trial key; ``seq`` is kept for callers)."""
+def trial_dirs(workdir: Path, trial_key: str) -> tuple[Path, Path]:
+    """``(src, out)`` directories of one launch, named by its trial key."""
     base = workdir / "trials" / trial_key[:16]
     return base / "src", base / "out"
 
