@@ -65,7 +65,8 @@ def test_nanogpt_campaign_end_to_end(tmp_path: Path) -> None:
     assert tried_active & {"fake_step_time.diff", "skip_microsteps.diff"}, tried_active
     faithful = {"fused_qkv.diff", "cached_causal_mask.diff", "no_item_sync.diff", "zero_grad_set_to_none.diff"}
     assert any(t["outcome"] == "ok" and t["patches"] and set(t["patches"]) <= faithful for t in result["trials"])
-    assert sum(result["rejections_by_layer"].values()) >= 3
+    rejected = [t for t in result["trials"] if t["outcome"] == "rejected"]
+    assert len(rejected) >= 2 and sum(result["rejections_by_layer"].values()) == len(rejected)
     assert result["cost"]["total_gpu_hours"] > 0
 
     # apply writes a branch whose diff is the promoted diff plus the promoted launch configuration
