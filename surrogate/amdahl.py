@@ -42,7 +42,9 @@ def phase_share(phase_times: Mapping[str, float], targets: Iterable[str]) -> flo
     unknown = chosen - set(phase_times)
     if unknown:
         raise SurrogateError(f"targets: unknown phase(s) {sorted(unknown)}; known: {sorted(phase_times)}")
-    return sum(phase_times[p] for p in chosen) / total
+    # math.fsum is exactly rounded, so the result does not depend on the set's (hash-seeded) iteration order and
+    # targeting every phase gives exactly 1.0
+    return math.fsum(phase_times[p] for p in chosen) / math.fsum(phase_times.values())
 
 
 def amdahl_ceiling(
