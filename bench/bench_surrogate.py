@@ -31,7 +31,7 @@ from typing import Callable
 
 import numpy as np
 
-from surrogate import BayesLinearTimeModel, TobitMemoryModel
+from infrarsi.surrogate import BayesLinearTimeModel, TobitMemoryModel
 
 CAPACITY_GIB = 80.0
 SIZES = [(50, 50), (50, 200), (200, 50), (200, 200), (1000, 50), (1000, 200)]

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from controller.errors import InfrarsiError
+from infrarsi.controller.errors import InfrarsiError
 
 
 class ExecutorConfig(BaseModel):

@@ -16,10 +16,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from controller.campaign.engine import CampaignEngine
-from controller.errors import ExecutorError, StoreError
-from controller.store.base import Store
-from controller.store.records import TERMINAL_STATES, CAMPAIGN_STATES
+from infrarsi.controller.campaign.engine import CampaignEngine
+from infrarsi.controller.errors import ExecutorError, StoreError
+from infrarsi.controller.store.base import Store
+from infrarsi.controller.store.records import TERMINAL_STATES, CAMPAIGN_STATES
 
 log = logging.getLogger("infrarsi.daemon")
 

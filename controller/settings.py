@@ -46,7 +46,7 @@ class Settings:
         url = os.environ.get("INFRARSI_DATABASE_URL") or f"sqlite:///{home / 'infrarsi.sqlite'}"
         scratch_env = os.environ.get("INFRARSI_SCRATCH")
         if not scratch_env and os.environ.get("INFRARSI_CONFIG"):
-            from controller.config import daemon_config
+            from infrarsi.controller.config import daemon_config
 
             scratch_env = daemon_config().scratch_dir
         scratch = Path(scratch_env or home / "scratch").expanduser().resolve()

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q --disable-pip-version-check -e '.[dev,train]' 2>&1 | grep -v -i "warning" || true
-python3 -c "import controller, verifier, surrogate, torch" || { echo "test.sh: install failed" >&2; exit 1; }
+python3 -c "import infrarsi.controller, infrarsi.verifier, infrarsi.surrogate, torch" || { echo "test.sh: install failed" >&2; exit 1; }
 bash deploy/slurm-up.sh
 bash deploy/pg-up.sh
 export OPENBLAS_NUM_THREADS=1

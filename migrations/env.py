@@ -5,8 +5,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from controller.settings import Settings
-from controller.store.models import Base
+from infrarsi.controller.settings import Settings
+from infrarsi.controller.store.models import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -7,7 +7,7 @@ import math
 import numpy as np
 from scipy import linalg
 
-from surrogate.errors import SurrogateError
+from infrarsi.surrogate.errors import SurrogateError
 
 
 def chol_lower(P: np.ndarray) -> np.ndarray:

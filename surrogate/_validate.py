@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from surrogate.errors import SurrogateError
+from infrarsi.surrogate.errors import SurrogateError
 
 
 def as_matrix(X: ArrayLike, name: str = "X", d: int | None = None) -> np.ndarray:

@@ -19,7 +19,7 @@ from typing import Iterable, Mapping
 import numpy as np
 from numpy.typing import ArrayLike
 
-from surrogate.errors import SurrogateError
+from infrarsi.surrogate.errors import SurrogateError
 
 
 def phase_share(phase_times: Mapping[str, float], targets: Iterable[str]) -> float:

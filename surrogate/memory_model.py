@@ -40,11 +40,11 @@ from numpy.typing import ArrayLike
 from scipy import linalg
 from scipy.special import log_ndtr, ndtr
 
-from surrogate._blas import single_threaded
-from surrogate._linalg import chol_lower
-from surrogate._validate import as_matrix, broadcast_param
-from surrogate.errors import SurrogateError
-from surrogate.priors import PriorRevision, empirical_bayes_revision
+from infrarsi.surrogate._blas import single_threaded
+from infrarsi.surrogate._linalg import chol_lower
+from infrarsi.surrogate._validate import as_matrix, broadcast_param
+from infrarsi.surrogate.errors import SurrogateError
+from infrarsi.surrogate.priors import PriorRevision, empirical_bayes_revision
 
 KINDS = ("exact", "oom", "near_cap")
 #: Lower edge of the near-capacity interval, as a fraction of capacity.
@@ -219,7 +219,7 @@ class TobitMemoryModel:
         Fits the model once under a vague prior to see what the data alone say
         about each feature, fits the calibration line measured ~ a + b *
         declared over the features the data inform
-        (:func:`surrogate.priors.empirical_bayes_revision`, slope clipped to
+        (:func:`infrarsi.surrogate.priors.empirical_bayes_revision`, slope clipped to
         [0, max_slope]), moves every declared feature prior onto it (so
         unmeasured settings inherit the correction), and refits.  The
         intercept prior is left as declared.  Always starts from the

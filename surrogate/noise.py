@@ -47,7 +47,7 @@ from typing import Any, Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
-from surrogate.errors import SurrogateError
+from infrarsi.surrogate.errors import SurrogateError
 
 #: Smallest big-knob gate in log-speedup units (paper: max(0.02, 2 sigma_pair)).
 MIN_BIG_KNOB_GATE = 0.02

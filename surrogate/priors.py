@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from surrogate._validate import broadcast_param
-from surrogate.errors import SurrogateError
+from infrarsi.surrogate._validate import broadcast_param
+from infrarsi.surrogate.errors import SurrogateError
 
 #: Default LLM patch-gain shrinkage factor kappa0 (conservative: halve claims).
 DEFAULT_KAPPA0 = 0.5

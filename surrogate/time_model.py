@@ -27,12 +27,12 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import linalg
 
-from surrogate._blas import single_threaded
-from surrogate._linalg import chol_lower as _chol_lower
-from surrogate._linalg import chol_rank_one_update
-from surrogate._validate import as_matrix, as_vector, broadcast_param
-from surrogate.errors import SurrogateError
-from surrogate.priors import PriorRevision, empirical_bayes_revision, floor_prior_sd
+from infrarsi.surrogate._blas import single_threaded
+from infrarsi.surrogate._linalg import chol_lower as _chol_lower
+from infrarsi.surrogate._linalg import chol_rank_one_update
+from infrarsi.surrogate._validate import as_matrix, as_vector, broadcast_param
+from infrarsi.surrogate.errors import SurrogateError
+from infrarsi.surrogate.priors import PriorRevision, empirical_bayes_revision, floor_prior_sd
 
 #: Default smallest prior SD of a coefficient, in log-speedup units.
 DEFAULT_SIGMA_MIN = 0.02
@@ -230,7 +230,7 @@ class BayesLinearTimeModel:
 
         Args:
             ceiling: None, a scalar, or one ceiling per feature (log-speedup,
-                e.g. from :func:`surrogate.amdahl.amdahl_ceiling`; inf = none).
+                e.g. from :func:`infrarsi.surrogate.amdahl.amdahl_ceiling`; inf = none).
         Returns:
             (gain, sd): min(posterior mean, ceiling) and the posterior SD per feature.
         """
@@ -310,7 +310,7 @@ class BayesLinearTimeModel:
         """Empirical-Bayes prior revision, re-solving the posterior in place.
 
         Fits how the original (e.g. LLM-rated) prior levels relate to what the
-        measurements say (:func:`surrogate.priors.empirical_bayes_revision`),
+        measurements say (:func:`infrarsi.surrogate.priors.empirical_bayes_revision`),
         moves every prior level onto that calibration line, sets the prior
         spread to the measured residual spread (floored), and re-solves.  The
         revision always starts from the constructor's prior levels, so calling

@@ -1,6 +1,6 @@
 """Click commands ``infrarsi exec`` and ``infrarsi verify`` (registered lazily by controller/cli/main.py).
 
-``infrarsi exec [options] -- CMD ...``: the exec wrapper (see :mod:`verifier.exec`).
+``infrarsi exec [options] -- CMD ...``: the exec wrapper (see :mod:`infrarsi.verifier.exec`).
 
 ``infrarsi verify RECEIPT --reference REF [...] --key-file K --trial-id ID [spec]``:
 judge one receipt and print the verdict table (exit 0 accepted, 1 rejected).
@@ -22,8 +22,8 @@ from typing import Any
 
 import click
 
-from verifier import signing
-from verifier.spec import JudgeSpec, SpecError, Verdict
+from infrarsi.verifier import signing
+from infrarsi.verifier.spec import JudgeSpec, SpecError, Verdict
 
 
 class VerifyUsageError(click.ClickException):
@@ -49,7 +49,7 @@ class VerifyUsageError(click.ClickException):
 def exec_cmd(trial_id: str, out_dir: str, key_file: str | None, timeout_s: float | None, frozen_manifest: str | None,
              memory_cap_gib: float | None, cwd: str | None, quiet: bool, cmd: tuple[str, ...]) -> None:
     """Run CMD with a receipt pipe and write a signed receipt; exit with CMD's status."""
-    from verifier.exec import ExecOptions, WrapperError, run_wrapped
+    from infrarsi.verifier.exec import ExecOptions, WrapperError, run_wrapped
 
     argv = list(cmd[1:] if cmd[:1] == ("--",) else cmd)
     opts = ExecOptions(argv=argv, out_dir=Path(out_dir), trial_id=trial_id, key_file=key_file, timeout_s=timeout_s,
@@ -151,10 +151,10 @@ def verify_cmd(ctx: click.Context, campaign: int | None, rejudge_key: str | None
     if campaign is None:
         click.echo(ctx.get_help())
         return
-    from verifier.judge import rejudge
+    from infrarsi.verifier.judge import rejudge
 
     try:
-        store_mod = importlib.import_module("controller.cli.verify_cmd")
+        store_mod = importlib.import_module("infrarsi.controller.cli.verify_cmd")
     except ImportError as exc:
         raise VerifyUsageError(f"--rejudge needs the controller package ({exc})") from None
     entries, master = store_mod.stored_entries(campaign, rejudge_key)
@@ -190,8 +190,8 @@ def verify_receipt(receipt_path: str, references: tuple[str, ...], key_file: str
                    memory_cap_gib: float | None, precision_menu: str | None, equivalent_data_order: bool | None,
                    as_json: bool) -> None:
     """Judge RECEIPT against the reference receipts; exit 0 when accepted, 1 when rejected."""
-    from verifier.judge import judge_raw
-    from verifier.receipt import ReceiptError
+    from infrarsi.verifier.judge import judge_raw
+    from infrarsi.verifier.receipt import ReceiptError
 
     master = _read_master_key(key_file)
     d: dict[str, Any] = {}
@@ -233,7 +233,7 @@ def verify_receipt(receipt_path: str, references: tuple[str, ...], key_file: str
 @click.option("--json", "as_json", is_flag=True)
 def matrix_cmd(jobs: int, only: tuple[str, ...], keep: str | None, as_json: bool) -> None:
     """Run real tiny CPU training jobs, one per perturbation, and check every verdict; exit 1 unless all agree."""
-    from verifier.matrix.runner import format_matrix, run_matrix
+    from infrarsi.verifier.matrix.runner import format_matrix, run_matrix
 
     try:
         results = run_matrix(jobs=jobs, only=list(only) or None, keep=Path(keep) if keep else None)

@@ -1,6 +1,6 @@
 """The exec wrapper: run an untrusted training job and write a signed receipt of what it did.
 
-``python -m verifier.exec [options] -- CMD ...`` (also ``infrarsi exec``).  The wrapper
+``python -m infrarsi.verifier.exec [options] -- CMD ...`` (also ``infrarsi exec``).  The wrapper
 
 * reads the signing key from ``--key-file`` (and deletes the file before the child
   starts) or from ``INFRARSI_SIGNING_KEY``, which is removed from the child's environment;
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from verifier import scan, signing
-from verifier.receipt import SCHEMA
+from infrarsi.verifier import scan, signing
+from infrarsi.verifier.receipt import SCHEMA
 
 KEY_ENV = "INFRARSI_SIGNING_KEY"
 MAX_LINE = 1 << 20
@@ -302,8 +302,8 @@ def run_wrapped(opts: ExecOptions) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``python -m verifier.exec`` argument parser."""
-    p = argparse.ArgumentParser(prog="python -m verifier.exec", description=__doc__.splitlines()[0])
+    """The ``python -m infrarsi.verifier.exec`` argument parser."""
+    p = argparse.ArgumentParser(prog="python -m infrarsi.verifier.exec", description=__doc__.splitlines()[0])
     p.add_argument("--trial-id", default="")
     p.add_argument("--out", default=".", help="directory for receipt.json and job.log")
     p.add_argument("--key-file")
@@ -317,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m verifier.exec``; returns the child's exit status (2 on bad input)."""
+    """Entry point of ``python -m infrarsi.verifier.exec``; returns the child's exit status (2 on bad input)."""
     ns = build_parser().parse_args(argv)
     cmd = ns.cmd[1:] if ns.cmd[:1] == ["--"] else ns.cmd
     opts = ExecOptions(argv=cmd, out_dir=Path(ns.out), trial_id=ns.trial_id, key_file=ns.key_file,

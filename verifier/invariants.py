@@ -1,8 +1,8 @@
 """The 16 invariants of the five-layer verifier, one small pure function each.
 
-Every function takes the trial :class:`~verifier.receipt.Receipt`, the reference
+Every function takes the trial :class:`~infrarsi.verifier.receipt.Receipt`, the reference
 receipts (one or more repeats of the untouched reference) and the
-:class:`~verifier.spec.JudgeSpec`, and returns an :class:`~verifier.spec.Item`.
+:class:`~infrarsi.verifier.spec.JudgeSpec`, and returns an :class:`~infrarsi.verifier.spec.Item`.
 They never raise on odd receipts: what cannot be established is ``unchecked``.
 Predicates follow Table 8 of the InfraRSI paper (docs/verifier.md lists them).
 """
@@ -13,8 +13,8 @@ import math
 import statistics
 from typing import Any, Sequence
 
-from verifier.receipt import Receipt, num
-from verifier.spec import Item, JudgeSpec
+from infrarsi.verifier.receipt import Receipt, num
+from infrarsi.verifier.spec import Item, JudgeSpec
 
 Refs = Sequence[Receipt]
 FATAL_KINDS = ("oom", "cuda", "traceback")

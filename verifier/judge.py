@@ -2,7 +2,7 @@
 
 Pure functions, no I/O.  Public API (the controller calls these):
 
-* :func:`judge` -> :class:`~verifier.spec.Verdict`
+* :func:`judge` -> :class:`~infrarsi.verifier.spec.Verdict`
 * :func:`speed_reproduces`, :func:`window_step_times`, :func:`window_mean_step_time`
 * :func:`rejudge` -> counts by first failed layer and by invariant (the paper's Table 2)
 """
@@ -13,10 +13,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from verifier import invariants as inv
-from verifier.invariants import speed_reproduces, window_mean_step_time, window_step_times
-from verifier.receipt import Receipt, ReceiptError, load_receipt
-from verifier.spec import LAYERS, Item, JudgeSpec, SpecError, Verdict, integrity_verdict
+from infrarsi.verifier import invariants as inv
+from infrarsi.verifier.invariants import speed_reproduces, window_mean_step_time, window_step_times
+from infrarsi.verifier.receipt import Receipt, ReceiptError, load_receipt
+from infrarsi.verifier.spec import LAYERS, Item, JudgeSpec, SpecError, Verdict, integrity_verdict
 
 __all__ = [
     "JudgeSpec", "Verdict", "Item", "judge", "speed_reproduces", "window_step_times",

@@ -3,7 +3,7 @@
 A receipt is the JSON object the exec wrapper writes: ``schema``, ``trial_id``,
 ``header`` (or null), ``updates`` (each as emitted plus ``wall_t``), ``footer`` (or
 null), ``wrapper`` (exit code, signal, timeout, wall time, OOM, error lines, frozen-file
-hashes, memory cap, argv) and ``signature`` (hex HMAC-SHA256, see :mod:`verifier.signing`).
+hashes, memory cap, argv) and ``signature`` (hex HMAC-SHA256, see :mod:`infrarsi.verifier.signing`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verifier import signing
+from infrarsi.verifier import signing
 
 SCHEMA = "infrarsi.receipt/1"
 

@@ -17,7 +17,7 @@ rm -rf /tmp/nano && cp -r examples/nanogpt /tmp/nano && rm -rf /tmp/nano/__pycac
 export GIT_AUTHOR_DATE="2026-11-29T00:00:00Z" GIT_COMMITTER_DATE="2026-11-29T00:00:00Z"
 (cd /tmp/nano && git init -q && git add -A && git -c user.name=infrarsi -c user.email=i@i commit -qm nanogpt && git rev-parse HEAD)
 cd /tmp/nano
-python3 -m controller.cli.main run infrarsi.gpu-short.yaml --drain-after "$DRAIN" 2>&1 | tee "$OUT/campaign.log"
+python3 -m infrarsi.controller.cli.main run infrarsi.gpu-short.yaml --drain-after "$DRAIN" 2>&1 | tee "$OUT/campaign.log"
 cd "$ROOT"
 if [ -n "$HAND" ]; then
     python3 bench/gpu/handtune.py --configs "$HAND" --json "$OUT/handtune.json" 2>&1 | tail -20

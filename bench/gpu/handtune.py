@@ -105,7 +105,7 @@ def _tree(patches: list[str], keep: Path) -> Path:
     """The example directory, or a patched copy of it under ``keep``."""
     if not patches:
         return EXAMPLE
-    from controller.patches.intake import apply_patches
+    from infrarsi.controller.patches.intake import apply_patches
 
     dst = keep / "nanogpt"
     shutil.copytree(EXAMPLE, dst, ignore=shutil.ignore_patterns("__pycache__"))

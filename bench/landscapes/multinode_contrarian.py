@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from controller.search.landscape import simulate_run
+from infrarsi.controller.search.landscape import simulate_run
 
 CAPACITY_GIB = 80.0
 GPUS = 32

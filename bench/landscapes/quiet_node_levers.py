@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from controller.search.landscape import simulate_run
+from infrarsi.controller.search.landscape import simulate_run
 
 CAPACITY_GIB = 141.0
 GPUS = 8

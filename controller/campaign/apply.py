@@ -12,9 +12,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from controller.campaign.scope import changed_since_lock, git
-from controller.contract.launch import apply_config_edits
-from controller.errors import PatchError, ScopeError
+from infrarsi.controller.campaign.scope import changed_since_lock, git
+from infrarsi.controller.contract.launch import apply_config_edits
+from infrarsi.controller.errors import PatchError, ScopeError
 
 PROMOTED_FILE = "infrarsi.promoted.yaml"
 

@@ -13,12 +13,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from controller.contract.checks import complete_config
-from controller.contract.launch import render_launch
-from controller.store.records import CampaignRecord
+from infrarsi.controller.contract.checks import complete_config
+from infrarsi.controller.contract.launch import render_launch
+from infrarsi.controller.store.records import CampaignRecord
 
 if TYPE_CHECKING:  # pragma: no cover
-    from controller.campaign.engine import CampaignEngine
+    from infrarsi.controller.campaign.engine import CampaignEngine
 
 LAYERS = ("L0", "L1", "L2", "L3", "L4", "L5")
 PEAK_FLOPS = float(os.environ.get("INFRARSI_PEAK_TFLOPS", "989.5")) * 1e12
@@ -47,8 +47,8 @@ def combined_diff(repo: Path, scope: dict[str, Any], patches: list[str]) -> str:
     so it applies in one ``git apply`` even when several patches touch the same file."""
     import tempfile
 
-    from controller.campaign.scope import git
-    from controller.campaign.trialspec import prepare_source, remove_source
+    from infrarsi.controller.campaign.scope import git
+    from infrarsi.controller.campaign.sourcetree import prepare_source, remove_source
 
     if not patches:
         return ""
@@ -179,8 +179,8 @@ def pack_yaml(engine: "CampaignEngine", c: CampaignRecord, result: dict[str, Any
 
 def write_artifacts(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Path]:
     """Write result.json, pack.yaml, progress.png and REPORT.md; also write verified experience back."""
-    from controller.report.markdown import render_report
-    from controller.report.plot import plot_progress
+    from infrarsi.controller.report.markdown import render_report
+    from infrarsi.controller.report.plot import plot_progress
 
     out = report_dir(c)
     out.mkdir(parents=True, exist_ok=True)

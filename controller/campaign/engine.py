@@ -8,7 +8,7 @@ Crash safety: every side effect is preceded by a durable record.  A launch is st
 the executor is called and as ``submitted`` with the job id after; a restart that finds an ``intent`` asks the
 executor to adopt a job already launched under that trial key before launching it again, so no trial is lost
 and none runs twice.  Ingestion is one transaction and idempotent.  The search state is never stored: it is
-rebuilt by replaying ingested trials (see :mod:`controller.campaign.searchglue`).
+rebuilt by replaying ingested trials (see :mod:`infrarsi.controller.campaign.searchglue`).
 """
 
 from __future__ import annotations
@@ -21,22 +21,23 @@ from typing import Any, Callable
 
 import numpy as np
 
-from controller.campaign import searchglue
-from controller.campaign.ingest import build_ingest
-from controller.campaign.scope import lock_scope
-from controller.campaign.trialspec import build_spec, judge_spec_dict, prepare_source, remove_source, trial_dirs
-from controller.contract.loader import contract_digest
-from controller.contract.model import Contract
-from controller.errors import InfrarsiError, PatchError
-from controller.faults import crash_point
-from controller.executors.base import Executor, JobHandle, TrialSpec
-from controller.search.space import Candidate
-from controller.settings import Settings
-from controller.store.base import Store
-from controller.store.records import CampaignRecord, TrialRecord
-from surrogate.noise import calibrate
-from verifier.receipt import Receipt, load_receipt
-from verifier.spec import JudgeSpec
+from infrarsi.controller.campaign import searchglue
+from infrarsi.controller.campaign.ingest import build_ingest
+from infrarsi.controller.campaign.scope import lock_scope
+from infrarsi.controller.campaign.sourcetree import prepare_source, remove_source
+from infrarsi.controller.campaign.trialspec import build_spec, judge_spec_dict, trial_dirs
+from infrarsi.controller.contract.loader import contract_digest
+from infrarsi.controller.contract.model import Contract
+from infrarsi.controller.errors import InfrarsiError, PatchError
+from infrarsi.controller.faults import crash_point
+from infrarsi.controller.executors.base import Executor, JobHandle, TrialSpec
+from infrarsi.controller.search.space import Candidate
+from infrarsi.controller.settings import Settings
+from infrarsi.controller.store.base import Store
+from infrarsi.controller.store.records import CampaignRecord, TrialRecord
+from infrarsi.surrogate.noise import calibrate
+from infrarsi.verifier.receipt import Receipt, load_receipt
+from infrarsi.verifier.spec import JudgeSpec
 
 log = logging.getLogger("infrarsi.engine")
 Progress = Callable[[str], None]
@@ -48,7 +49,7 @@ def parse_contract_yaml(text: str) -> Contract:
 
     from ruamel.yaml import YAML
 
-    from controller.contract.loader import _plain
+    from infrarsi.controller.contract.loader import _plain
 
     return Contract.model_validate(_plain(YAML(typ="rt").load(io.StringIO(text))))
 
@@ -106,7 +107,7 @@ class CampaignEngine:
             step = getattr(self, f"_state_{c.state}")
             step(c)
         except InfrarsiError as exc:
-            from controller.errors import ExecutorError, StoreError
+            from infrarsi.controller.errors import ExecutorError, StoreError
 
             if isinstance(exc, (StoreError, ExecutorError)):
                 raise
@@ -223,7 +224,7 @@ class CampaignEngine:
         if handle is None:
             patches = [(name, scope["patches"][name]) for name in t.patches]
             config = contract.reference_config | t.config
-            from controller.contract.launch import render_launch
+            from infrarsi.controller.contract.launch import render_launch
 
             plan = render_launch(contract, config)
             try:
@@ -389,7 +390,7 @@ class CampaignEngine:
         self._finish_verify(c, plan, done)
 
     def _finish_verify(self, c: CampaignRecord, plan: list[dict[str, Any]], done: list[TrialRecord]) -> None:
-        from controller.campaign.promotion import decide
+        from infrarsi.controller.campaign.promotion import decide
 
         obs = self.store.observations(c.id)
         ctrl = self.controller(c)
@@ -400,7 +401,7 @@ class CampaignEngine:
         self.progress(f"[{c.id}] verify: delivered {promo.speedup:.3f}x — {promo.reason}")
 
     def _state_report(self, c: CampaignRecord) -> None:
-        from controller.campaign.artifacts import write_artifacts
+        from infrarsi.controller.campaign.artifacts import write_artifacts
 
         paths = write_artifacts(self, c)
         self.store.update_campaign(c.id, state="done")

@@ -11,10 +11,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from controller.store.records import Ingest, TrialRecord, VerdictItem
-from verifier.judge import judge, window_mean_step_time, window_step_times
-from verifier.receipt import Receipt, ReceiptError, classify_outcome, load_receipt
-from verifier.spec import JudgeSpec, integrity_verdict
+from infrarsi.controller.store.records import Ingest, TrialRecord, VerdictItem
+from infrarsi.verifier.judge import judge, window_mean_step_time, window_step_times
+from infrarsi.verifier.receipt import Receipt, ReceiptError, classify_outcome, load_receipt
+from infrarsi.verifier.spec import JudgeSpec, integrity_verdict
 
 
 def _verdict_items(verdict: Any) -> tuple[VerdictItem, ...]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from controller.search.space import Candidate, Promotion
-from controller.store.records import ObservationRecord, TrialRecord
-from verifier.judge import speed_reproduces
+from infrarsi.controller.search.space import Candidate, Promotion
+from infrarsi.controller.store.records import ObservationRecord, TrialRecord
+from infrarsi.verifier.judge import speed_reproduces
 
 
 def decide(ctrl: Any, plan: list[dict[str, Any]], done: Sequence[TrialRecord],

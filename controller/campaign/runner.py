@@ -1,6 +1,6 @@
 """Creating campaigns and driving them in-process (the embedded mode behind ``infrarsi init|doctor|run``).
 
-The embedded mode and the daemon share :class:`~controller.campaign.engine.CampaignEngine`; this module only
+The embedded mode and the daemon share :class:`~infrarsi.controller.campaign.engine.CampaignEngine`; this module only
 decides *which* campaign a command in a target repo means and loops ``tick`` until a target state.
 """
 
@@ -13,21 +13,21 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from controller.campaign.engine import CampaignEngine
-from controller.contract import contract_digest, load_contract, repo_dir
-from controller.errors import InfrarsiError
-from controller.executors.base import Executor
-from controller.settings import Settings
-from controller.store.base import Store
-from controller.store.records import CampaignRecord
+from infrarsi.controller.campaign.engine import CampaignEngine
+from infrarsi.controller.contract import contract_digest, load_contract, repo_dir
+from infrarsi.controller.errors import InfrarsiError
+from infrarsi.controller.executors.base import Executor
+from infrarsi.controller.settings import Settings
+from infrarsi.controller.store.base import Store
+from infrarsi.controller.store.records import CampaignRecord
 
 STATE_ORDER = ("init", "doctor", "run", "verify", "report", "done")
 
 
 def executor_factory(settings: Settings) -> Callable[[str], Executor]:
     """Build executors by name from the environment (``INFRARSI_LOCAL_SLOTS``, ``INFRARSI_POLL_S``)."""
-    from controller.config import daemon_config
-    from controller.executors import make_executor
+    from infrarsi.controller.config import daemon_config
+    from infrarsi.controller.executors import make_executor
 
     cfg = daemon_config()
 

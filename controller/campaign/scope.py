@@ -12,8 +12,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from controller.contract.model import Contract
-from controller.errors import PatchError, ScopeError
+from infrarsi.controller.contract.model import Contract
+from infrarsi.controller.errors import PatchError, ScopeError
 
 
 def git(repo: Path, *args: str, check: bool = True, stdin: str | None = None) -> str:
@@ -88,7 +88,7 @@ def intake_patches(repo: Path, contract: Contract, editable: list[str],
     Returns ``(accepted {name: diff text}, refused {name: one-line reason})``."""
     if not contract.patches.dir:
         return {}, {}
-    from controller.patches.intake import check_patch, load_patch_dir
+    from infrarsi.controller.patches.intake import check_patch, load_patch_dir
 
     pdir = repo / contract.patches.dir
     if not pdir.is_dir():

@@ -11,12 +11,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from controller.contract.checks import is_legal
-from controller.contract.model import Contract
-from controller.search.controller import SearchController
-from controller.search.space import Candidate, KnobSpec, Outcome, SearchSpace
-from controller.store.records import ObservationRecord, TrialRecord
-from surrogate.noise import calibrate
+from infrarsi.controller.contract.checks import is_legal
+from infrarsi.controller.contract.model import Contract
+from infrarsi.controller.search.controller import SearchController
+from infrarsi.controller.search.space import Candidate, KnobSpec, Outcome, SearchSpace
+from infrarsi.controller.store.records import ObservationRecord, TrialRecord
+from infrarsi.surrogate.noise import calibrate
 
 
 def search_space(contract: Contract, patches: Sequence[str]) -> SearchSpace:

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
-from controller.campaign.scope import git
-from controller.contract.launch import apply_config_edits, render_launch
-from controller.contract.model import Contract
-from controller.executors.base import TrialSpec
-from verifier.signing import derive_trial_key
+from infrarsi.controller.contract.launch import render_launch
+from infrarsi.controller.contract.model import Contract
+from infrarsi.controller.executors.base import TrialSpec
+from infrarsi.verifier.signing import derive_trial_key
 
 CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
@@ -27,36 +25,6 @@ def trial_dirs(workdir: Path, trial_key: str) -> tuple[Path, Path]:
     """``(src, out)`` directories of one launch, named by its trial key."""
     base = workdir / "trials" / trial_key[:16]
     return base / "src", base / "out"
-
-
-def prepare_source(repo: Path, commit: str, src: Path, patches: list[tuple[str, str]],
-                   config_edits: dict[str, dict[str, Any]], prefix: str = "") -> Path:
-    """Create ``src`` as a detached worktree of ``commit`` and apply ``patches`` then ``config_edits``.
-
-    ``prefix`` is the target repo's path inside its git work tree (a project in a monorepo); patches and
-    config paths are relative to it.  Returns the job's working directory (``src/prefix``).  Idempotent: an
-    existing ``src`` from an interrupted attempt is removed first.  PatchError names a patch that does not apply.
-    """
-    if src.exists():
-        remove_source(repo, src)
-    src.parent.mkdir(parents=True, exist_ok=True)
-    from controller.patches.intake import apply_patches
-
-    git(repo, "worktree", "add", "--detach", "--force", str(src), commit)
-    workdir = src / prefix if prefix else src
-    if patches:  # paths relative to the target repo (a monorepo prefix is the working directory)
-        apply_patches(workdir, patches)
-    if config_edits:
-        apply_config_edits(workdir, config_edits)
-    return workdir
-
-
-def remove_source(repo: Path, src: Path) -> None:
-    """Remove a trial worktree (and its registration in ``repo``); never raises for a missing tree."""
-    git(repo, "worktree", "remove", "--force", str(src), check=False)
-    if src.exists():
-        shutil.rmtree(src, ignore_errors=True)
-    git(repo, "worktree", "prune", check=False)
 
 
 def write_key_file(out: Path, master_key: bytes, trial_key: str) -> Path:

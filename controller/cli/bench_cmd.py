@@ -6,7 +6,7 @@ import json
 
 import click
 
-from controller.errors import InfrarsiError
+from infrarsi.controller.errors import InfrarsiError
 
 
 @click.group()
@@ -26,9 +26,9 @@ def bench() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def search_cmd(landscape_path: str, strategies: str, trials: int, repeats: int, q: int, seed: int, as_json: bool) -> None:
     """Run each strategy REPEATS times on a landscape and report trials-to-90%, final speedup, false promotions."""
-    from controller.search.benchmark import run_benchmark
-    from controller.search.landscape import load_landscape
-    from controller.search.strategies import STRATEGIES
+    from infrarsi.controller.search.benchmark import run_benchmark
+    from infrarsi.controller.search.landscape import load_landscape
+    from infrarsi.controller.search.strategies import STRATEGIES
 
     names = [s.strip() for s in strategies.split(",") if s.strip()]
     bad = [s for s in names if s not in STRATEGIES]

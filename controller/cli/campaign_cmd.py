@@ -6,10 +6,10 @@ import time
 
 import click
 
-from controller.cli.output import emit, emit_obj
-from controller.errors import InfrarsiError
-from controller.store import open_store
-from controller.store.records import CampaignRecord
+from infrarsi.controller.cli.output import emit, emit_obj
+from infrarsi.controller.errors import InfrarsiError
+from infrarsi.controller.store import open_store
+from infrarsi.controller.store.records import CampaignRecord
 
 
 def _get(campaign_id: int) -> tuple[object, CampaignRecord]:
@@ -104,9 +104,9 @@ def watch(campaign_id: int, interval: float, timeout: float | None) -> None:
 @click.argument("campaign_id", type=int)
 def cancel(campaign_id: int) -> None:
     """Cancel a campaign and its running jobs (Slurm jobs included); recorded trials are kept."""
-    from controller.campaign.engine import CampaignEngine
-    from controller.campaign.runner import executor_factory
-    from controller.settings import Settings
+    from infrarsi.controller.campaign.engine import CampaignEngine
+    from infrarsi.controller.campaign.runner import executor_factory
+    from infrarsi.controller.settings import Settings
 
     store, c = _get(campaign_id)
     settings = Settings.from_env()

@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from controller.contract import check_contract
-from controller.contract.model import Contract
+from infrarsi.controller.contract import check_contract
+from infrarsi.controller.contract.model import Contract
 
 
 @click.group()

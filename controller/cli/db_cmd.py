@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import click
 
-from controller.settings import Settings
-from controller.store import migrate
+from infrarsi.controller.settings import Settings
+from infrarsi.controller.store import migrate
 
 
 def _url(url: str | None) -> str:
-    from controller.settings import normalize_url
+    from infrarsi.controller.settings import normalize_url
 
     return normalize_url(url) if url else Settings.from_env().database_url
 

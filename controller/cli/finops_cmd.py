@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from controller.cli.output import emit
-from controller.store import open_store
-from controller.store.sql import FINOPS_VIEWS
+from infrarsi.controller.cli.output import emit
+from infrarsi.controller.store import open_store
+from infrarsi.controller.store.sql import FINOPS_VIEWS
 
 
 @click.command()

@@ -5,7 +5,7 @@ invoked, so ``infrarsi --help`` stays fast and a verb's heavy dependencies
 (matplotlib, optuna, torch in examples) load only for that verb.  Every
 module named here exposes a :class:`click.Command` or :class:`click.Group`.
 
-Errors: any :class:`controller.errors.InfrarsiError` raised by a verb is
+Errors: any :class:`infrarsi.controller.errors.InfrarsiError` raised by a verb is
 printed as one line ``infrarsi: error: <message>`` and exits with status 2.
 """
 
@@ -16,25 +16,25 @@ import sys
 
 import click
 
-from controller.errors import InfrarsiError
+from infrarsi.controller.errors import InfrarsiError
 
 #: verb -> "module:attribute" (the attribute is a click command or group)
 COMMANDS: dict[str, str] = {
-    "contract": "controller.cli.contract_cmd:contract",
-    "db": "controller.cli.db_cmd:db",
-    "workload": "controller.cli.workload_cmd:workload",
-    "campaign": "controller.cli.campaign_cmd:campaign",
-    "finops": "controller.cli.finops_cmd:finops",
-    "init": "controller.cli.stages_cmd:init_cmd",
-    "doctor": "controller.cli.stages_cmd:doctor_cmd",
-    "run": "controller.cli.stages_cmd:run_cmd",
-    "report": "controller.cli.stages_cmd:report_cmd",
-    "apply": "controller.cli.stages_cmd:apply_cmd",
-    "submit": "controller.cli.serve_cmd:submit_cmd",
-    "serve": "controller.cli.serve_cmd:serve_cmd",
-    "exec": "verifier.cli:exec_cmd",
-    "verify": "verifier.cli:verify_cmd",
-    "bench": "controller.cli.bench_cmd:bench",
+    "contract": "infrarsi.controller.cli.contract_cmd:contract",
+    "db": "infrarsi.controller.cli.db_cmd:db",
+    "workload": "infrarsi.controller.cli.workload_cmd:workload",
+    "campaign": "infrarsi.controller.cli.campaign_cmd:campaign",
+    "finops": "infrarsi.controller.cli.finops_cmd:finops",
+    "init": "infrarsi.controller.cli.stages_cmd:init_cmd",
+    "doctor": "infrarsi.controller.cli.stages_cmd:doctor_cmd",
+    "run": "infrarsi.controller.cli.stages_cmd:run_cmd",
+    "report": "infrarsi.controller.cli.stages_cmd:report_cmd",
+    "apply": "infrarsi.controller.cli.stages_cmd:apply_cmd",
+    "submit": "infrarsi.controller.cli.serve_cmd:submit_cmd",
+    "serve": "infrarsi.controller.cli.serve_cmd:serve_cmd",
+    "exec": "infrarsi.verifier.cli:exec_cmd",
+    "verify": "infrarsi.verifier.cli:verify_cmd",
+    "bench": "infrarsi.controller.cli.bench_cmd:bench",
 }
 
 

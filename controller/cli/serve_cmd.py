@@ -7,10 +7,10 @@ import sys
 
 import click
 
-from controller.campaign.engine import CampaignEngine
-from controller.campaign.runner import create_campaign, executor_factory
-from controller.settings import Settings
-from controller.store import open_store
+from infrarsi.controller.campaign.engine import CampaignEngine
+from infrarsi.controller.campaign.runner import create_campaign, executor_factory
+from infrarsi.controller.settings import Settings
+from infrarsi.controller.store import open_store
 
 
 @click.command("submit")
@@ -34,7 +34,7 @@ def submit_cmd(contract: str, executor: str, workload: str | None, seed: int, pa
 @click.option("--log-level", default="INFO", show_default=True)
 def serve_cmd(interval: float, metrics_port: int | None, once: bool, exit_when_idle: bool, log_level: str) -> None:
     """Run the controller daemon: advance every open campaign, one acting daemon per database."""
-    from controller.daemon import Daemon, JsonFormatter, Metrics, serve_metrics
+    from infrarsi.controller.daemon import Daemon, JsonFormatter, Metrics, serve_metrics
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
@@ -57,7 +57,7 @@ def _partition_limits() -> dict[str, int]:
     ``INFRARSI_PARTITION_LIMITS="gpu=64,debug=4"``."""
     import os
 
-    from controller.config import daemon_config
+    from infrarsi.controller.config import daemon_config
 
     out = dict(daemon_config().partition_limits)
     for part in filter(None, os.environ.get("INFRARSI_PARTITION_LIMITS", "").split(",")):

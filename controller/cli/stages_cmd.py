@@ -10,13 +10,13 @@ from pathlib import Path
 
 import click
 
-from controller.campaign.artifacts import report_dir, write_artifacts
-from controller.campaign.engine import CampaignEngine
-from controller.campaign.runner import create_campaign, drive, executor_factory, find_campaign
-from controller.errors import InfrarsiError
-from controller.settings import Settings
-from controller.store import open_store
-from controller.store.records import CampaignRecord
+from infrarsi.controller.campaign.artifacts import report_dir, write_artifacts
+from infrarsi.controller.campaign.engine import CampaignEngine
+from infrarsi.controller.campaign.runner import create_campaign, drive, executor_factory, find_campaign
+from infrarsi.controller.errors import InfrarsiError
+from infrarsi.controller.settings import Settings
+from infrarsi.controller.store import open_store
+from infrarsi.controller.store.records import CampaignRecord
 
 contract_arg = click.argument("contract", default="infrarsi.yaml", type=click.Path(dir_okay=False))
 campaign_opt = click.option("--campaign", "campaign_id", type=int, help="Campaign id (default: this contract's newest).")
@@ -135,7 +135,7 @@ def report_cmd(contract: str, campaign_id: int | None, regenerate: bool, path_on
 @click.option("--branch", help="Create this git branch and commit the change there.")
 def apply_cmd(contract: str, campaign_id: int | None, branch: str | None) -> None:
     """Write the promoted launch configuration and source diffs into the target repo."""
-    from controller.campaign.apply import apply_result, load_result
+    from infrarsi.controller.campaign.apply import apply_result, load_result
 
     engine = _engine()
     c = _campaign(engine, contract, campaign_id, create=False)

@@ -1,19 +1,19 @@
 """Store access for ``infrarsi verify --rejudge`` (the verifier package must not import the controller).
 
 :func:`stored_entries` loads a campaign's stored receipts as the ``(trial_id, raw,
-reference_raws, judge_spec)`` tuples that :func:`verifier.judge.rejudge` takes.
+reference_raws, judge_spec)`` tuples that :func:`infrarsi.verifier.judge.rejudge` takes.
 """
 
 from __future__ import annotations
 
-from controller.errors import InfrarsiError
+from infrarsi.controller.errors import InfrarsiError
 
 
 def stored_entries(campaign_id: int, key_file: str | None = None) -> tuple[list[tuple[str, bytes, list[bytes], dict]], bytes]:
     """(entries, master key) for ``campaign_id``; raises :class:`InfrarsiError` naming an unknown campaign or bad key."""
-    from controller.settings import Settings
-    from controller.store import open_store
-    from verifier import signing
+    from infrarsi.controller.settings import Settings
+    from infrarsi.controller.store import open_store
+    from infrarsi.verifier import signing
 
     store = open_store()
     try:

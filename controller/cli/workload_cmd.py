@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from controller.cli.output import emit, emit_obj
-from controller.contract import contract_digest, load_contract
-from controller.store import open_store
+from infrarsi.controller.cli.output import emit, emit_obj
+from infrarsi.controller.contract import contract_digest, load_contract
+from infrarsi.controller.store import open_store
 
 
 @click.group()

@@ -14,7 +14,7 @@ import shlex
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
-from controller.contract.model import KNOB_PLACEHOLDER, ConfigApply, Contract, EnvApply, FlagApply, parse_apply
+from infrarsi.controller.contract.model import KNOB_PLACEHOLDER, ConfigApply, Contract, EnvApply, FlagApply, parse_apply
 
 KNOWN_PRECISIONS = {"fp32", "tf32", "bf16", "fp16", "fp8", "amp-bf16", "amp-fp16"}
 MAX_ENUMERATION = 200_000

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controller.contract.checks import complete_config
-from controller.contract.model import KNOB_PLACEHOLDER, ConfigApply, Contract, EnvApply, FlagApply
-from controller.errors import ContractError
+from infrarsi.controller.contract.checks import complete_config
+from infrarsi.controller.contract.model import KNOB_PLACEHOLDER, ConfigApply, Contract, EnvApply, FlagApply
+from infrarsi.controller.errors import ContractError
 
 
 @dataclass(frozen=True)

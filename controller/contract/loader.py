@@ -1,7 +1,7 @@
 """Load ``infrarsi.yaml`` with line numbers and report every problem at once.
 
-:func:`load_contract` returns a validated :class:`~controller.contract.model.Contract` or raises
-:class:`~controller.errors.ContractError` whose ``problems`` are lines of the form
+:func:`load_contract` returns a validated :class:`~infrarsi.controller.contract.model.Contract` or raises
+:class:`~infrarsi.controller.errors.ContractError` whose ``problems`` are lines of the form
 ``infrarsi.yaml:14 knobs[2].reference: 'fp8' is not one of values [fp32, bf16]``.
 :func:`check_contract` returns that list instead of raising (empty when the contract is sound).
 """
@@ -20,8 +20,8 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError
 
-from controller.contract.model import Contract
-from controller.errors import ContractError
+from infrarsi.controller.contract.model import Contract
+from infrarsi.controller.errors import ContractError
 
 Loc = tuple[str | int, ...]
 
@@ -121,9 +121,9 @@ def parse_yaml(path: Path) -> LocatedDoc:
 def check_contract(path: str | Path) -> tuple[Contract | None, list[str]]:
     """Validate the contract at ``path``: ``(contract, [])`` when sound, ``(None | contract, problems)`` otherwise.
 
-    Structural errors (pydantic) and semantic ones (:mod:`controller.contract.checks`) are all collected.
+    Structural errors (pydantic) and semantic ones (:mod:`infrarsi.controller.contract.checks`) are all collected.
     """
-    from controller.contract.checks import semantic_problems
+    from infrarsi.controller.contract.checks import semantic_problems
 
     path = Path(path)
     try:

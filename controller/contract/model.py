@@ -5,7 +5,7 @@ and how each is applied, which source files may be patched and which are
 frozen, and what must stay invariant.  Validation here is purely structural
 and per-field; cross-field rules (references inside value lists, couplings
 that keep tokens per update fixed, globs) live in
-:mod:`controller.contract.checks` so every problem is reported at once.
+:mod:`infrarsi.controller.contract.checks` so every problem is reported at once.
 
 Models are strict: an unknown field is an error (``extra="forbid"``), so a
 typo such as ``refrence:`` is reported instead of silently ignored.
@@ -87,7 +87,7 @@ class Knob(_Strict):
         return v
 
     def applier(self) -> FlagApply | EnvApply | ConfigApply:
-        """The parsed ``apply`` block (validated by :mod:`controller.contract.checks`)."""
+        """The parsed ``apply`` block (validated by :mod:`infrarsi.controller.contract.checks`)."""
         return parse_apply(self.apply)
 
 

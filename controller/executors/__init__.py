@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.errors import ExecutorError
-from controller.executors.base import Executor, JobHandle, JobStatus, TrialSpec
+from infrarsi.controller.errors import ExecutorError
+from infrarsi.controller.executors.base import Executor, JobHandle, JobStatus, TrialSpec
 
 __all__ = ["Executor", "JobHandle", "JobStatus", "TrialSpec", "make_executor", "EXECUTORS"]
 
@@ -22,9 +22,9 @@ EXECUTORS = ("local", "slurm")
 def make_executor(name: str, **kw: Any) -> Executor:
     """Build the executor called ``name``; ExecutorError for unknown names or bad arguments."""
     if name == "local":
-        from controller.executors.local import LocalExecutor as cls
+        from infrarsi.controller.executors.local import LocalExecutor as cls
     elif name == "slurm":
-        from controller.executors.slurm import SlurmExecutor as cls  # type: ignore[assignment]
+        from infrarsi.controller.executors.slurm import SlurmExecutor as cls  # type: ignore[assignment]
     else:
         raise ExecutorError(f"executor: unknown executor {name!r} (expected one of {', '.join(EXECUTORS)})")
     try:

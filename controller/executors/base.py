@@ -1,7 +1,7 @@
 """The executor interface: submit a trial, poll all live trials in one batch, cancel.
 
-Two implementations live beside this module: :mod:`controller.executors.local`
-(subprocesses on this machine) and :mod:`controller.executors.slurm` (the Slurm
+Two implementations live beside this module: :mod:`infrarsi.controller.executors.local`
+(subprocesses on this machine) and :mod:`infrarsi.controller.executors.slurm` (the Slurm
 command-line tools).  The campaign engine and the daemon only see the types here.
 
 Contract shared by every executor:
@@ -15,7 +15,7 @@ Contract shared by every executor:
   the next poll reports it finished with outcome ``cancelled``.
 * ``free_slots()`` is how many more trials could start now (``None``: unknown).
 
-Errors: backend failures raise :class:`controller.errors.ExecutorError` with a
+Errors: backend failures raise :class:`infrarsi.controller.errors.ExecutorError` with a
 one-line message.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from controller.errors import ExecutorError
+from infrarsi.controller.errors import ExecutorError
 
 Launcher = Literal["python", "torchrun", "torchrun-multinode"]
 JobState = Literal["pending", "running", "finished", "lost"]

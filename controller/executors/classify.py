@@ -3,7 +3,7 @@ backend's state, then the job's logs -- never the backend state alone.
 
 The receipt is read as *unverified* JSON (executors do not hold the master
 key); the campaign engine verifies the signature later.  Shape used (written
-by ``verifier.exec``): ``{"wrapper": {"exit_code", "signal", "timed_out",
+by ``infrarsi.verifier.exec``): ``{"wrapper": {"exit_code", "signal", "timed_out",
 "oom": null | {...}, "errors": [{"kind", "line"}, ...]}, ...}``.
 """
 

@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from controller.errors import ExecutorError
-from controller.executors import procs
-from controller.executors.base import LOG_NAME, RECEIPT_NAME, Executor, JobHandle, JobStatus, TrialSpec
-from controller.executors.classify import classify, log_tail, read_receipt
-from controller.executors.render import launch_argv, wrapper_argv
+from infrarsi.controller.errors import ExecutorError
+from infrarsi.controller.executors import procs
+from infrarsi.controller.executors.base import LOG_NAME, RECEIPT_NAME, Executor, JobHandle, JobStatus, TrialSpec
+from infrarsi.controller.executors.classify import classify, log_tail, read_receipt
+from infrarsi.controller.executors.render import launch_argv, wrapper_argv
 
 SHIM = Path(__file__).with_name("shim.py")
 LAUNCH_FILE = "local-launch.json"
@@ -83,7 +83,7 @@ class LocalExecutor(Executor):
 
     ``max_concurrent``: trials running at once; ``gpus``: GPU ids to hand out
     (default: detected; none on a CPU machine); ``python``: interpreter for the
-    wrapper; ``wrapper``: replaces ``[python, -m, verifier.exec]``;
+    wrapper; ``wrapper``: replaces ``[python, -m, infrarsi.verifier.exec]``;
     ``kill_grace_s``: SIGTERM-to-SIGKILL delay on cancel.
     """
 

@@ -21,8 +21,8 @@ from typing import Sequence
 
 import jinja2
 
-from controller.errors import ExecutorError
-from controller.executors.base import TrialSpec
+from infrarsi.controller.errors import ExecutorError
+from infrarsi.controller.executors.base import TrialSpec
 
 TEMPLATES: dict[str, str] = {
     "python": "python.sbatch.j2",
@@ -51,7 +51,7 @@ class _PackageLoader(jinja2.BaseLoader):
     """Loads templates from the ``sbatch_templates`` package via importlib.resources."""
 
     def get_source(self, environment: jinja2.Environment, template: str) -> tuple[str, None, object]:
-        res = resources.files("sbatch_templates").joinpath(template)
+        res = resources.files("infrarsi.sbatch_templates").joinpath(template)
         if not res.is_file():
             raise jinja2.TemplateNotFound(template)
         return res.read_text(encoding="utf-8"), None, lambda: True
@@ -88,7 +88,7 @@ def slurm_time(seconds: int) -> str:
 
 def wrapper_argv(spec: TrialSpec, python: str, wrapper: Sequence[str] | None = None) -> list[str]:
     """The exec-wrapper command line (without ``--`` and the job's argv)."""
-    cmd = list(wrapper) if wrapper is not None else [python, "-m", "verifier.exec"]
+    cmd = list(wrapper) if wrapper is not None else [python, "-m", "infrarsi.verifier.exec"]
     cmd += ["--trial-id", spec.trial_id, "--out", str(spec.outdir)]
     if spec.key_file is not None:
         cmd += ["--key-file", str(spec.key_file)]
@@ -157,7 +157,7 @@ def render_sbatch(
 
     ``python`` is the interpreter on the compute nodes; ``extra_sbatch`` are
     site options (``--qos=...``) appended as ``#SBATCH`` lines; ``wrapper``
-    replaces ``[python, -m, verifier.exec]`` (tests use a stand-in).
+    replaces ``[python, -m, infrarsi.verifier.exec]`` (tests use a stand-in).
     Raises :class:`ExecutorError` for values that cannot be rendered safely.
     """
     for name, _ in spec.env:

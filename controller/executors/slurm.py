@@ -51,11 +51,11 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from controller.errors import ExecutorError
-from controller.executors.base import LOG_NAME, RECEIPT_NAME, Executor, JobHandle, JobStatus, TrialSpec
-from controller.executors.classify import classify, log_tail, read_receipt
-from controller.executors.render import render_sbatch
-from controller.executors.slurm_cli import JobRow, Runner, SlurmCLI, parse_time
+from infrarsi.controller.errors import ExecutorError
+from infrarsi.controller.executors.base import LOG_NAME, RECEIPT_NAME, Executor, JobHandle, JobStatus, TrialSpec
+from infrarsi.controller.executors.classify import classify, log_tail, read_receipt
+from infrarsi.controller.executors.render import render_sbatch
+from infrarsi.controller.executors.slurm_cli import JobRow, Runner, SlurmCLI, parse_time
 
 META_FILE = "slurm-job.json"
 CANCEL_FILE = "slurm-cancel"
@@ -90,7 +90,7 @@ class SlurmExecutor(Executor):
     ``python``: interpreter on the compute nodes; ``steady_interval_s`` and
     ``backoff``: the query schedule; ``extra_sbatch``: site ``#SBATCH`` options;
     ``state_dir``: private executor state (key copies); ``wrapper``: replaces
-    ``[python, -m, verifier.exec]``; ``runner``: runs the Slurm CLIs;
+    ``[python, -m, infrarsi.verifier.exec]``; ``runner``: runs the Slurm CLIs;
     ``use_pyslurm``: None = when importable.
     """
 

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from controller.errors import ExecutorError
+from infrarsi.controller.errors import ExecutorError
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 

@@ -1,6 +1,6 @@
 """Patch intake: refuse a candidate diff before it runs, and apply accepted diffs to a trial checkout.
 
-:func:`check_patch` refuses (raises :class:`~controller.errors.PatchError`, one line naming
+:func:`check_patch` refuses (raises :class:`~infrarsi.controller.errors.PatchError`, one line naming
 the patch and the path) a diff that
 
 * is empty or not a unified diff, or carries a binary hunk;
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
-from controller.errors import PatchError
-from controller.patches.diffparse import DiffParseError, FileChange, parse_diff
+from infrarsi.controller.errors import PatchError
+from infrarsi.controller.patches.diffparse import DiffParseError, FileChange, parse_diff
 
 PATCH_SUFFIXES = (".diff", ".patch")
 

@@ -4,7 +4,7 @@
 functions of the result (the plot writes only ``path``).
 """
 
-from controller.report.markdown import render_report
-from controller.report.plot import plot_progress
+from infrarsi.controller.report.markdown import render_report
+from infrarsi.controller.report.plot import plot_progress
 
 __all__ = ["render_report", "plot_progress"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from controller.report.fmt import DASH, fx, gib, gpuh, ms, num, pct, sci, table, text
-from controller.report.sections import (
+from infrarsi.controller.report.fmt import DASH, fx, gib, gpuh, ms, num, pct, sci, table, text
+from infrarsi.controller.report.sections import (
     cost_section,
     memory_section,
     plot_section,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from controller.report.fmt import num
+from infrarsi.controller.report.fmt import num
 
 STAGE_COLOR = {"search": "tab:blue", "reference": "tab:gray", "promotion": "tab:purple"}
 FAILED_OUTCOMES = ("crash", "timeout", "cancelled")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from controller.report.fmt import DASH, changed, fx, gib, gpuh, ms, num, pct, table, text
+from infrarsi.controller.report.fmt import DASH, changed, fx, gib, gpuh, ms, num, pct, table, text
 
 OUTCOME_ORDER = ("ok", "rejected", "oom", "crash", "timeout", "cancelled")
 

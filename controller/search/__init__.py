@@ -1,13 +1,13 @@
 """Run-stage search (paper section 4) as a library over an abstract evaluate callback.
 
-Public API (imported lazily so ``import controller.search.space`` stays light):
+Public API (imported lazily so ``import infrarsi.controller.search.space`` stays light):
 
 * :class:`KnobSpec`, :class:`SearchSpace`, :class:`Candidate`, :class:`Outcome`, :class:`Promotion`
-  (``controller.search.space``)
-* :class:`SearchController` (``controller.search.controller``)
-* :func:`run_search`, :class:`SearchResult` (``controller.search.runner``)
-* :func:`make_strategy` (``controller.search.strategies``), baselines random/greedy/optuna-tpe
-* :func:`load_landscape`, :func:`run_benchmark` (``controller.search.landscape`` / ``.benchmark``)
+  (``infrarsi.controller.search.space``)
+* :class:`SearchController` (``infrarsi.controller.search.controller``)
+* :func:`run_search`, :class:`SearchResult` (``infrarsi.controller.search.runner``)
+* :func:`make_strategy` (``infrarsi.controller.search.strategies``), baselines random/greedy/optuna-tpe
+* :func:`load_landscape`, :func:`run_benchmark` (``infrarsi.controller.search.landscape`` / ``.benchmark``)
 """
 
 from __future__ import annotations
@@ -26,5 +26,5 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        return getattr(importlib.import_module(f"controller.search.{_EXPORTS[name]}"), name)
+        return getattr(importlib.import_module(f"infrarsi.controller.search.{_EXPORTS[name]}"), name)
     raise AttributeError(name)

@@ -26,10 +26,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from controller.search.landscape import Landscape
-from controller.search.runner import run_search
-from controller.search.strategies import DEFAULT_STRATEGIES, make_strategy
-from surrogate.noise import calibrate
+from infrarsi.controller.search.landscape import Landscape
+from infrarsi.controller.search.runner import run_search
+from infrarsi.controller.search.strategies import DEFAULT_STRATEGIES, make_strategy
+from infrarsi.surrogate.noise import calibrate
 
 DOCTOR_RUNS = 3
 

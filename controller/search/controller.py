@@ -19,14 +19,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from controller.search import proposals
-from controller.search.failures import FailureLedger
-from controller.search.features import FeatureMap
-from controller.search.models import MemoryModel, TimeModel, log_speedup, memory_rows
-from controller.search.promotion import decide_promotion
-from controller.search.space import (PATCH, Candidate, KnobSpec, Outcome, Promotion, SearchSpace, Setting,
+from infrarsi.controller.search import proposals
+from infrarsi.controller.search.failures import FailureLedger
+from infrarsi.controller.search.features import FeatureMap
+from infrarsi.controller.search.models import MemoryModel, TimeModel, log_speedup, memory_rows
+from infrarsi.controller.search.promotion import decide_promotion
+from infrarsi.controller.search.space import (PATCH, Candidate, KnobSpec, Outcome, Promotion, SearchSpace, Setting,
                                      settings_key)
-from surrogate.amdahl import amdahl_ceiling
+from infrarsi.surrogate.amdahl import amdahl_ceiling
 
 DEFAULT_TUNING: dict[str, Any] = {
     "default_prior_sd": 0.10,    # prior SD of a knob setting with no stated prior
@@ -57,7 +57,7 @@ class SearchController:
 
     Args:
         space: knobs (with optional priors) and patches.
-        noise: a calibrated ``surrogate.noise.NoiseModel`` (``sigma_pair``, ``big_knob_gate``,
+        noise: a calibrated ``infrarsi.surrogate.noise.NoiseModel`` (``sigma_pair``, ``big_knob_gate``,
             ``promotion_margin``).
         reference_step_time_s: the reference's steady-state step time; ``y = ln(T0 / T)``.
         capacity_gib: per-GPU memory capacity.

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Callable
 
-from controller.search.space import PATCH, Outcome, Setting, settings_key
+from infrarsi.controller.search.space import PATCH, Outcome, Setting, settings_key
 
 Tuple_ = tuple[Setting, ...]
 

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from controller.search.space import PATCH, Candidate, SearchSpace, Setting, settings_key
+from infrarsi.controller.search.space import PATCH, Candidate, SearchSpace, Setting, settings_key
 
 
 class FeatureMap:

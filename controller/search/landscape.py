@@ -26,8 +26,8 @@ from typing import Callable
 
 import numpy as np
 
-from controller.errors import InfrarsiError
-from controller.search.space import Candidate, KnobSpec, Outcome, SearchSpace
+from infrarsi.controller.errors import InfrarsiError
+from infrarsi.controller.search.space import Candidate, KnobSpec, Outcome, SearchSpace
 
 LOSS_TOLERANCE = 0.03  # relative loss deviation beyond which L4 rejects a trial
 BRUTE_FORCE_LIMIT = 250_000

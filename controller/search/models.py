@@ -15,9 +15,9 @@ from typing import Sequence
 import numpy as np
 from scipy.stats import norm
 
-from controller.search.features import FeatureMap
-from controller.search.space import PATCH, Candidate, Outcome, SearchSpace
-from surrogate.time_model import BayesLinearTimeModel
+from infrarsi.controller.search.features import FeatureMap
+from infrarsi.controller.search.space import PATCH, Candidate, Outcome, SearchSpace
+from infrarsi.surrogate.time_model import BayesLinearTimeModel
 
 
 class TimeModel:
@@ -88,7 +88,7 @@ class MemoryModel:
         if not len(y):
             self.model = None
             return
-        from surrogate.memory_model import TobitMemoryModel  # imported lazily: optional until fitted
+        from infrarsi.surrogate.memory_model import TobitMemoryModel  # imported lazily: optional until fitted
         self.model = TobitMemoryModel(self.capacity, prior_mean=self.prior_mu, prior_var=self.prior_var).fit(
             self.design(X), np.asarray(y, dtype=float), list(kind))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from controller.search.space import Candidate, Promotion
+from infrarsi.controller.search.space import Candidate, Promotion
 
 
 def decide_promotion(reruns: dict[Candidate, list[tuple[float, float]]], margin: float) -> Promotion:

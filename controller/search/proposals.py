@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from controller.search.space import PATCH, Candidate, Outcome, Setting, settings_key
+from infrarsi.controller.search.space import PATCH, Candidate, Outcome, Setting, settings_key
 
 if TYPE_CHECKING:  # pragma: no cover
-    from controller.search.controller import SearchController
+    from infrarsi.controller.search.controller import SearchController
 
 
 class Pool:

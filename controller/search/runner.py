@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from controller.search.space import Candidate, Outcome, Promotion, SearchSpace
+from infrarsi.controller.search.space import Candidate, Outcome, Promotion, SearchSpace
 
 
 class Strategy(Protocol):
@@ -52,7 +52,7 @@ def run_search(space: SearchSpace, evaluate: Callable[[Candidate], Outcome], bud
     if budget_trials < 0 or q < 1:
         raise ValueError("budget_trials must be >= 0 and q >= 1")
     if strategy is None:
-        from controller.search.controller import SearchController
+        from infrarsi.controller.search.controller import SearchController
         if noise is None or reference_step_time_s is None or capacity_gib is None:
             raise ValueError("run_search needs a strategy or noise, reference_step_time_s and capacity_gib")
         strategy = SearchController(space, noise, reference_step_time_s, capacity_gib, seed=seed, **controller_kwargs)

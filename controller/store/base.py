@@ -1,8 +1,8 @@
 """The storage contract.  Every persistent fact about workloads, campaigns and trials goes through it.
 
-Contract for implementations (the SQL one in :mod:`controller.store.sql` serves PostgreSQL and SQLite):
+Contract for implementations (the SQL one in :mod:`infrarsi.controller.store.sql` serves PostgreSQL and SQLite):
 
-- Methods return immutable snapshots from :mod:`controller.store.records`, never live ORM objects.
+- Methods return immutable snapshots from :mod:`infrarsi.controller.store.records`, never live ORM objects.
 - Every method is one transaction: it either happens entirely or not at all.  In particular
   :meth:`Store.ingest` writes the receipt, verdicts, observation, cost entry, the trial's outcome and an event
   together, and is idempotent: ingesting a trial whose status is already ``ingested`` changes nothing and
@@ -11,7 +11,7 @@ Contract for implementations (the SQL one in :mod:`controller.store.sql` serves 
   (status ``intent``); :meth:`mark_submitted` records the job id after; a restart that finds an ``intent`` row
   asks the executor whether the job exists (adoption) or submits it again under the same trial key.
 - The ``events`` table is append-only (enforced by a database trigger).
-- Unreachable databases raise :class:`controller.errors.StoreError` with a one-line message.
+- Unreachable databases raise :class:`infrarsi.controller.errors.StoreError` with a one-line message.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from typing import Any, Sequence
 
-from controller.store.records import (
+from infrarsi.controller.store.records import (
     CampaignRecord, Ingest, ObservationRecord, StoredReceipt, TrialRecord, VerdictItem, WorkloadRecord,
 )
 

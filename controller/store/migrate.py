@@ -11,8 +11,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 from sqlalchemy.exc import OperationalError
 
-import migrations
-from controller.errors import StoreError
+from infrarsi import migrations
+from infrarsi.controller.errors import StoreError
 
 
 def alembic_config(url: str) -> Config:

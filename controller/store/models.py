@@ -1,4 +1,4 @@
-"""SQLAlchemy 2.0 ORM models.  Only :mod:`controller.store` imports this module.
+"""SQLAlchemy 2.0 ORM models.  Only :mod:`infrarsi.controller.store` imports this module.
 
 The schema itself is owned by Alembic (``migrations/versions``); these classes must match the head revision
 (``tests/store/test_migrations.py`` compares them).  Times are stored as UTC ``DateTime`` for people (finance

@@ -1,7 +1,7 @@
 """Immutable snapshots handed out by the store.
 
 The engine, the search glue, reports and the CLI see only these frozen dataclasses, never ORM objects, so
-nothing outside :mod:`controller.store` can lazily load or accidentally write rows.
+nothing outside :mod:`infrarsi.controller.store` can lazily load or accidentally write rows.
 """
 
 from __future__ import annotations

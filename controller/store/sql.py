@@ -1,4 +1,4 @@
-"""The SQLAlchemy implementation of :class:`controller.store.base.Store` (PostgreSQL and SQLite)."""
+"""The SQLAlchemy implementation of :class:`infrarsi.controller.store.base.Store` (PostgreSQL and SQLite)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from controller.errors import StoreError
-from controller.faults import crash_point
-from controller.store import models as m
-from controller.store.base import Store
-from controller.store.migrate import current_revision, head_revision, safe_url, upgrade
-from controller.store.records import (
+from infrarsi.controller.errors import StoreError
+from infrarsi.controller.faults import crash_point
+from infrarsi.controller.store import models as m
+from infrarsi.controller.store.base import Store
+from infrarsi.controller.store.migrate import current_revision, head_revision, safe_url, upgrade
+from infrarsi.controller.store.records import (
     CampaignRecord, Ingest, ObservationRecord, StoredReceipt, TrialRecord, VerdictItem, WorkloadRecord,
 )
 
@@ -399,7 +399,7 @@ def open_store(url: str | None = None, auto_upgrade: bool | None = None) -> SqlS
     SQLite default is upgraded automatically (``auto_upgrade`` None means: only for SQLite); a PostgreSQL
     database behind head raises StoreError telling the admin to run ``infrarsi db upgrade``.
     """
-    from controller.settings import Settings, normalize_url
+    from infrarsi.controller.settings import Settings, normalize_url
 
     url = normalize_url(url) if url else Settings.from_env().database_url
     if auto_upgrade is None:

@@ -39,8 +39,8 @@ from flops import flops_per_token  # noqa: E402
 from model import GPT, SIZES, GPTConfig  # noqa: E402
 
 try:  # receipts: a no-op outside the infrarsi exec wrapper; optional when infrarsi is not installed
-    from verifier.adapters.torch_loop import batch_digest, model_digest, param_count, peak_mem_gib, software_versions
-    from verifier.emit import Receipts
+    from infrarsi.verifier.adapters.torch_loop import batch_digest, model_digest, param_count, peak_mem_gib, software_versions
+    from infrarsi.verifier.emit import Receipts
 except ImportError:  # pragma: no cover - exercised only outside the project
     Receipts = None  # type: ignore[assignment,misc]
 

@@ -33,7 +33,7 @@ def cli_env(home: Path, **extra: str) -> dict[str, str]:
 
 def infrarsi(*args: str, env: dict[str, str], cwd: Path | None = None, timeout: float = 600,
              check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "controller.cli.main", *args], env=env, cwd=cwd,
+    proc = subprocess.run([sys.executable, "-m", "infrarsi.controller.cli.main", *args], env=env, cwd=cwd,
                           capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"infrarsi {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")

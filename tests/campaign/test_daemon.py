@@ -24,7 +24,7 @@ def _free_port() -> int:
 
 
 def _serve(env: dict, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "controller.cli.main", "serve", "--interval", "0.2",
+    return subprocess.Popen([sys.executable, "-m", "infrarsi.controller.cli.main", "serve", "--interval", "0.2",
                              "--exit-when-idle", *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
 

@@ -1,6 +1,6 @@
 """Crash safety: the daemon is SIGKILLed mid-campaign and restarted; every trial is accounted exactly once.
 
-Kill points (``controller.faults``): after a submit intent is stored but before the executor is called,
+Kill points (``infrarsi.controller.faults``): after a submit intent is stored but before the executor is called,
 after the job was launched but before its job id is stored (the restarted daemon must adopt the running job,
 not launch a duplicate), and inside the ingest transaction.  Each runs with the local executor and on the real
 single-node Slurm.

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from controller.campaign.engine import CampaignEngine, parse_contract_yaml
-from controller.campaign.runner import create_campaign, executor_factory
-from controller.settings import Settings
-from controller.store import open_store
+from infrarsi.controller.campaign.engine import CampaignEngine, parse_contract_yaml
+from infrarsi.controller.campaign.runner import create_campaign, executor_factory
+from infrarsi.controller.settings import Settings
+from infrarsi.controller.store import open_store
 
 
 def test_experience_snapshot_maps_values_and_filters(tmp_path: Path, toy_repo: Path, infrarsi_home: Path) -> None:

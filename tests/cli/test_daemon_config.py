@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.config import _load, daemon_config
-from controller.errors import InfrarsiError
+from infrarsi.controller.config import _load, daemon_config
+from infrarsi.controller.errors import InfrarsiError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "infrarsi.example.yaml"
 
@@ -17,7 +17,7 @@ def test_example_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = daemon_config()
     assert cfg.executor.name == "slurm" and cfg.executor.options["steady_interval_s"] == 60
     assert cfg.partition_limits == {"gpu": 64, "debug": 4}
-    from controller.executors.slurm import SlurmExecutor
+    from infrarsi.controller.executors.slurm import SlurmExecutor
 
     SlurmExecutor(**{**cfg.executor.options, "state_dir": "/tmp/x"})  # every option is a real argument
 

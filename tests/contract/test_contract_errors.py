@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.contract import check_contract, complete_config, legal_configs, load_contract, render_launch
-from controller.errors import ContractError
+from infrarsi.controller.contract import check_contract, complete_config, legal_configs, load_contract, render_launch
+from infrarsi.controller.errors import ContractError
 
 VALID = """\
 name: tiny
@@ -153,11 +153,11 @@ def test_unknown_knob_in_config_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_cli_check_and_schema(tmp_path: Path) -> None:
     bad = _write(tmp_path, VALID.replace("reference: fp32", "reference: fp8"))
-    proc = subprocess.run([sys.executable, "-m", "controller.cli.main", "contract", "check", str(bad)],
+    proc = subprocess.run([sys.executable, "-m", "infrarsi.controller.cli.main", "contract", "check", str(bad)],
                           capture_output=True, text=True)
     assert proc.returncode == 1
     assert "infrarsi.yaml:30 knobs[2].reference: 'fp8' is not one of values [fp32, bf16]" in proc.stdout
-    proc = subprocess.run([sys.executable, "-m", "controller.cli.main", "contract", "schema"],
+    proc = subprocess.run([sys.executable, "-m", "infrarsi.controller.cli.main", "contract", "schema"],
                           capture_output=True, text=True, check=True)
     schema = json.loads(proc.stdout)
     assert "knobs" in schema["properties"] and "launch" in schema["properties"]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from controller.executors import make_executor
-from controller.executors.slurm import SlurmExecutor
+from infrarsi.controller.executors import make_executor
+from infrarsi.controller.executors.slurm import SlurmExecutor
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 

@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from controller.contract import load_contract
-from controller.patches.intake import apply_patches, check_patch, load_patch_dir
-from controller.errors import PatchError
+from infrarsi.controller.contract import load_contract
+from infrarsi.controller.patches.intake import apply_patches, check_patch, load_patch_dir
+from infrarsi.controller.errors import PatchError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "nanogpt"
-HAVE_WRAPPER = importlib.util.find_spec("verifier.exec") is not None and importlib.util.find_spec("verifier.judge") is not None
+HAVE_WRAPPER = importlib.util.find_spec("infrarsi.verifier.exec") is not None and importlib.util.find_spec("infrarsi.verifier.judge") is not None
 UPDATES, WINDOW = 16, (5, 16)
 REF = ["--micro-batch", "1"]
 TUNED = ["--micro-batch", "64", "--activation-checkpointing", "0", "--attention", "sdpa", "--optimizer-impl", "foreach"]
@@ -57,15 +57,15 @@ def _run(repo: Path, work: Path, name: str, flags: list[str], patches: list[str]
     env = {**os.environ, "NANOGPT_THREADS": "1"}
     out = work / name / "out"
     if HAVE_WRAPPER:
-        from verifier import signing
-        from verifier.receipt import load_receipt
+        from infrarsi.verifier import signing
+        from infrarsi.verifier.receipt import load_receipt
 
         master = hashlib.sha256(b"nanogpt-test-master").digest()
         key_file = work / name / "key"
         signing.write_key_file(str(key_file), signing.derive_trial_key(master, name))
         manifest = work / name / "frozen.json"
         manifest.write_text(json.dumps({"data.py": hashlib.sha256((repo / "data.py").read_bytes()).hexdigest()}))
-        proc = subprocess.run([sys.executable, "-m", "verifier.exec", "--out", str(out), "--trial-id", name,
+        proc = subprocess.run([sys.executable, "-m", "infrarsi.verifier.exec", "--out", str(out), "--trial-id", name,
                                "--key-file", str(key_file), "--frozen-manifest", str(manifest), "--quiet",
                                "--timeout", "300", "--", *cmd], cwd=trial_dir, env=env, capture_output=True,
                               text=True, timeout=400)
@@ -112,7 +112,7 @@ def _window_mean(values: list[float]) -> float:
 
 
 def _verdict(run: dict[str, Any], ref: dict[str, Any]) -> Any:
-    from verifier.judge import JudgeSpec, judge
+    from infrarsi.verifier.judge import JudgeSpec, judge
 
     spec = JudgeSpec(updates=UPDATES, window=WINDOW, tokens_per_update=4096, seq_len=64, tau=0.03,
                      precision_menu=("fp32", "amp-bf16"), static_invariants=("global_batch",), memory_cap_gib=8.0)
@@ -151,7 +151,7 @@ def test_micro_batch_split_keeps_losses_and_data(runs: dict[str, dict[str, Any]]
 
 def _window_time(run: dict[str, Any]) -> float:
     if run["receipt"] is not None:
-        from verifier.judge import window_mean_step_time
+        from infrarsi.verifier.judge import window_mean_step_time
 
         return window_mean_step_time(run["receipt"], WINDOW)
     return _window_mean([float(u["step_time_s"]) for u in run["updates"]])

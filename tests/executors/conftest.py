@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 import pytest
 
-from controller.executors.base import Executor, JobHandle, JobStatus
+from infrarsi.controller.executors.base import Executor, JobHandle, JobStatus
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -27,7 +27,7 @@ DUMP_JOB = HERE / "dump_job.py"
 
 @pytest.fixture
 def standin() -> list[str]:
-    """The wrapper command that replaces ``python -m verifier.exec`` in tests."""
+    """The wrapper command that replaces ``python -m infrarsi.verifier.exec`` in tests."""
     return [sys.executable, str(STANDIN)]
 
 

@@ -1,4 +1,4 @@
-"""Stand-in for ``python -m verifier.exec`` used by the executor tests (stdlib only).
+"""Stand-in for ``python -m infrarsi.verifier.exec`` used by the executor tests (stdlib only).
 
 Same command line and the same receipt.json shape (unsigned fields only), so the
 executors are tested against the wrapper's contract, not its implementation:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from controller.executors.classify import classify, log_tail, read_receipt
+from infrarsi.controller.executors.classify import classify, log_tail, read_receipt
 
 
 def _receipt(exit_code: int | None = 0, signal: int | None = None, timed_out: bool = False,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.errors import ExecutorError
-from controller.executors.base import TrialSpec
-from controller.executors.render import render_sbatch, slurm_time
+from infrarsi.controller.errors import ExecutorError
+from infrarsi.controller.executors.base import TrialSpec
+from infrarsi.controller.executors.render import render_sbatch, slurm_time
 
 GOLDEN = Path(__file__).parent / "golden"
 INJECT = ("$(touch pwned)", '"; scancel -u $USER', "`id`", "a'b", "multi\nline")

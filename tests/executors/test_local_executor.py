@@ -13,11 +13,11 @@ from typing import Callable
 
 import pytest
 
-from controller.errors import ExecutorError
-from controller.executors import make_executor
-from controller.executors.base import JobHandle, JobStatus, TrialSpec
-from controller.executors.local import LocalExecutor
-from controller.executors import procs
+from infrarsi.controller.errors import ExecutorError
+from infrarsi.controller.executors import make_executor
+from infrarsi.controller.executors.base import JobHandle, JobStatus, TrialSpec
+from infrarsi.controller.executors.local import LocalExecutor
+from infrarsi.controller.executors import procs
 
 Waiter = Callable[..., dict[str, JobStatus]]
 

@@ -1,4 +1,4 @@
-"""The executors with the real exec wrapper (``python -m verifier.exec``, no stand-in):
+"""The executors with the real exec wrapper (``python -m infrarsi.verifier.exec``, no stand-in):
 the receipt is signed with the per-trial key, outcomes come from it, the key file is gone."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from typing import Callable
 
 import pytest
 
-from controller.executors.base import JobStatus, TrialSpec
-from controller.executors.local import LocalExecutor
-from controller.executors.slurm import SlurmExecutor
+from infrarsi.controller.executors.base import JobStatus, TrialSpec
+from infrarsi.controller.executors.local import LocalExecutor
+from infrarsi.controller.executors.slurm import SlurmExecutor
 
-receipt_mod = pytest.importorskip("verifier.receipt")
-signing = pytest.importorskip("verifier.signing")
-pytest.importorskip("verifier.exec")
+receipt_mod = pytest.importorskip("infrarsi.verifier.receipt")
+signing = pytest.importorskip("infrarsi.verifier.signing")
+pytest.importorskip("infrarsi.verifier.exec")
 
 PY = sys.executable
 MASTER = b"m" * 32

@@ -12,8 +12,8 @@ from typing import Any, Callable, Sequence
 
 import pytest
 
-from controller.executors.base import JobHandle, JobStatus, TrialSpec
-from controller.executors.slurm import SlurmExecutor
+from infrarsi.controller.executors.base import JobHandle, JobStatus, TrialSpec
+from infrarsi.controller.executors.slurm import SlurmExecutor
 
 PY = sys.executable
 Waiter = Callable[..., dict[str, JobStatus]]
@@ -266,7 +266,7 @@ def test_pyslurm_queue_rows_match_squeue(slurm_cluster: str, slurm_tmp: Path, st
 
 
 def test_sbatch_failure_is_an_executor_error(tmp_path: Path, standin: list[str]) -> None:
-    from controller.errors import ExecutorError
+    from infrarsi.controller.errors import ExecutorError
 
     def refuse(argv: Sequence[str]) -> "subprocess.CompletedProcess[str]":
         return subprocess.CompletedProcess(list(argv), 1, "", "sbatch: error: invalid partition specified: nope\n")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.errors import PatchError
-from controller.patches import PatchInfo, apply_patches, check_patch, glob_match, load_patch_dir, parse_diff
+from infrarsi.controller.errors import PatchError
+from infrarsi.controller.patches import PatchInfo, apply_patches, check_patch, glob_match, load_patch_dir, parse_diff
 
 EDITABLE = ["train.py", "model.py", "pkg/**/*.py"]
 FROZEN = ["data.py", "infrarsi*.yaml"]

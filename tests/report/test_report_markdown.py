@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from controller.report import render_report
-from controller.report.markdown import SECTIONS, rejections_by_layer
+from infrarsi.controller.report import render_report
+from infrarsi.controller.report.markdown import SECTIONS, rejections_by_layer
 
 
 def _section(md: str, heading: str) -> str:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from controller.report import plot_progress
-from controller.report.plot import best_so_far
+from infrarsi.controller.report import plot_progress
+from infrarsi.controller.report.plot import best_so_far
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

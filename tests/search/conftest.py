@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from controller.search.space import Candidate, KnobSpec, Outcome, SearchSpace
-from surrogate.noise import calibrate
+from infrarsi.controller.search.space import Candidate, KnobSpec, Outcome, SearchSpace
+from infrarsi.surrogate.noise import calibrate
 
 
 def make_noise(sigma_step: float = 0.002, seed: int = 0):

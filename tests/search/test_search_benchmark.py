@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from controller.search.landscape import LOSS_TOLERANCE, LandscapeError, load_landscape
-from controller.search.space import Candidate
+from infrarsi.controller.search.landscape import LOSS_TOLERANCE, LandscapeError, load_landscape
+from infrarsi.controller.search.space import Candidate
 
 ROOT = Path(__file__).resolve().parents[2]
 LANDSCAPES = sorted((ROOT / "bench" / "landscapes").glob("*.py"))
@@ -37,7 +37,7 @@ import numpy as np
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "controller.cli.main", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "infrarsi.controller.cli.main", *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=600)
 
 

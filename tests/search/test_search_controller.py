@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from controller.search.controller import SearchController
-from controller.search.promotion import decide_promotion
-from controller.search.runner import run_search
-from controller.search.space import Candidate, KnobSpec, Outcome, SearchSpace
+from infrarsi.controller.search.controller import SearchController
+from infrarsi.controller.search.promotion import decide_promotion
+from infrarsi.controller.search.runner import run_search
+from infrarsi.controller.search.space import Candidate, KnobSpec, Outcome, SearchSpace
 
 from conftest import make_noise, toy_evaluate, toy_space
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from controller.search.failures import FailureLedger
-from controller.search.space import PATCH, Outcome
+from infrarsi.controller.search.failures import FailureLedger
+from infrarsi.controller.search.space import PATCH, Outcome
 
 OK = Outcome("ok", step_time_s=1.0)
 CRASH = Outcome("crash", reason="boom")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.search.space import PATCH, Candidate, KnobSpec, Outcome, SearchSpace
+from infrarsi.controller.search.space import PATCH, Candidate, KnobSpec, Outcome, SearchSpace
 
 
 def test_candidate_signature_is_canonical_and_hashable():

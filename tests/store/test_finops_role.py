@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import ProgrammingError, InternalError
 
-from controller.store import open_store
+from infrarsi.controller.store import open_store
 
 SQL = Path(__file__).resolve().parents[2] / "deploy" / "finops-role.sql"
 

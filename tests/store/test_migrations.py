@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
-from controller.store import migrate, open_store
-from controller.store.models import Base
-from controller.errors import StoreError
+from infrarsi.controller.store import migrate, open_store
+from infrarsi.controller.store.models import Base
+from infrarsi.controller.errors import StoreError
 
 DATA = Path(__file__).parent / "data"
 

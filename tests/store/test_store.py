@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.store import open_store
-from controller.store.records import Ingest, VerdictItem
+from infrarsi.controller.store import open_store
+from infrarsi.controller.store.records import Ingest, VerdictItem
 
 
 def _campaign(store, name="c1", owner="alice", partition="gpu", speedup=None):

@@ -1,11 +1,11 @@
-"""Tests for surrogate._blas: single-threaded BLAS inside model calls, restored after."""
+"""Tests for infrarsi.surrogate._blas: single-threaded BLAS inside model calls, restored after."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from surrogate import BayesLinearTimeModel
-from surrogate._blas import _get_setters, one_thread
+from infrarsi.surrogate import BayesLinearTimeModel
+from infrarsi.surrogate._blas import _get_setters, one_thread
 
 
 def test_one_thread_restores_previous_setting_and_keeps_results() -> None:

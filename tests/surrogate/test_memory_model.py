@@ -1,4 +1,4 @@
-"""Tests for surrogate.memory_model.TobitMemoryModel."""
+"""Tests for infrarsi.surrogate.memory_model.TobitMemoryModel."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import optimize, special
 
-from surrogate import SurrogateError, TobitMemoryModel
+from infrarsi.surrogate import SurrogateError, TobitMemoryModel
 
 C = 80.0  # GiB per GPU
 SIG = 0.02 * C

@@ -1,4 +1,4 @@
-"""Tests for surrogate.noise: paired-noise calibration in quiet and noisy regimes."""
+"""Tests for infrarsi.surrogate.noise: paired-noise calibration in quiet and noisy regimes."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from surrogate import NoiseModel, SurrogateError, calibrate, window_log_mean
-from surrogate.noise import paired_log_speedup
+from infrarsi.surrogate import NoiseModel, SurrogateError, calibrate, window_log_mean
+from infrarsi.surrogate.noise import paired_log_speedup
 
 STEP = 0.8  # seconds per update of the synthetic workload
 

@@ -1,4 +1,4 @@
-"""Tests for surrogate.priors (empirical Bayes, patch shrinkage) and surrogate.amdahl."""
+"""Tests for infrarsi.surrogate.priors (empirical Bayes, patch shrinkage) and infrarsi.surrogate.amdahl."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from surrogate import (
+from infrarsi.surrogate import (
     SurrogateError,
     amdahl_ceiling,
     cap_log_speedup,

@@ -1,12 +1,12 @@
-"""Tests for surrogate.time_model.BayesLinearTimeModel."""
+"""Tests for infrarsi.surrogate.time_model.BayesLinearTimeModel."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from surrogate import BayesLinearTimeModel, SurrogateError
-from surrogate.time_model import chol_rank_one_update
+from infrarsi.surrogate import BayesLinearTimeModel, SurrogateError
+from infrarsi.surrogate.time_model import chol_rank_one_update
 
 
 def design(rng: np.random.Generator, n: int, d: int, p: float = 0.3) -> np.ndarray:
@@ -178,7 +178,7 @@ def test_set_noise_var_resolves_and_matches_a_fresh_fit() -> None:
 
 
 def test_lever_gains_are_capped_by_amdahl_ceiling() -> None:
-    from surrogate import amdahl_ceiling
+    from infrarsi.surrogate import amdahl_ceiling
 
     phases = {"forward": 0.3, "backward": 0.5, "optimizer": 0.2}
     X = np.eye(3)

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import pytest
 
-from verifier.receipt import Receipt
+from infrarsi.verifier.receipt import Receipt
 from verifier_receipts import N, WINDOW, receipt_dict
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def make() -> Callable[..., Receipt]:
 @pytest.fixture
 def spec():
     """The JudgeSpec matching :func:`receipt_dict`."""
-    from verifier.spec import JudgeSpec
+    from infrarsi.verifier.spec import JudgeSpec
 
     return JudgeSpec(updates=N, window=WINDOW, tokens_per_update=256, seq_len=16, memory_cap_gib=1.0,
                      precision_menu=("fp32", "bf16"), frozen_manifest={"f.py": "aa"}, static_invariants=("global_batch",))

@@ -12,12 +12,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from verifier.adapters import torch_loop as tl  # noqa: E402
-from verifier.emit import Receipts  # noqa: E402
+from infrarsi.verifier.adapters import torch_loop as tl  # noqa: E402
+from infrarsi.verifier.emit import Receipts  # noqa: E402
 
 LOOP = """
 import sys, torch
-from verifier.adapters.torch_loop import ReceiptLogger
+from infrarsi.verifier.adapters.torch_loop import ReceiptLogger
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -72,7 +72,7 @@ def test_plain_loop_adapter_writes_header_updates_footer(tmp_path):
 
 DDP = """
 import os, torch, torch.distributed as dist
-from verifier.adapters.ddp import DDPReceiptLogger
+from infrarsi.verifier.adapters.ddp import DDPReceiptLogger
 ddp = "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1
 if ddp:
     dist.init_process_group("gloo")
@@ -124,7 +124,7 @@ def test_ddp_adapter_matches_a_single_process_run(tmp_path):
 
 
 def test_hf_module_imports_without_transformers_and_callback_needs_it():
-    from verifier.adapters import hf
+    from infrarsi.verifier.adapters import hf
 
     try:
         import transformers  # noqa: F401
@@ -138,7 +138,7 @@ def test_hf_module_imports_without_transformers_and_callback_needs_it():
 
 def test_hf_trainer_end_to_end(tmp_path):
     transformers = pytest.importorskip("transformers")
-    from verifier.adapters.hf import receipt_callback
+    from infrarsi.verifier.adapters.hf import receipt_callback
 
     class DS(torch.utils.data.Dataset):
         def __len__(self):

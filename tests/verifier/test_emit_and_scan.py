@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from verifier import scan
-from verifier.emit import Receipts
+from infrarsi.verifier import scan
+from infrarsi.verifier.emit import Receipts
 
 
 def _lines(path) -> list[dict]:
@@ -47,7 +47,7 @@ def test_noop_without_destination_and_on_other_ranks(tmp_path, monkeypatch):
 
 def test_fd_destination_and_reused_descriptor_is_not_written(tmp_path):
     r, w = os.pipe()
-    code = "from verifier.emit import Receipts; Receipts.from_env().footer(7)"
+    code = "from infrarsi.verifier.emit import Receipts; Receipts.from_env().footer(7)"
     env = dict(os.environ, INFRARSI_RECEIPT_FD=str(w), INFRARSI_RECEIPT_INO=str(os.fstat(w).st_ino), RANK="0")
     env.pop("INFRARSI_RECEIPT_FIFO", None)
     subprocess.run([sys.executable, "-c", code], env=env, pass_fds=(w,), check=True)

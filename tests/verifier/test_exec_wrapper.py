@@ -12,19 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from verifier import signing
-from verifier.receipt import classify_outcome, load_receipt
+from infrarsi.verifier import signing
+from infrarsi.verifier.receipt import classify_outcome, load_receipt
 
 MASTER = b"\x01" * 32
 
 
 def wrap(tmp_path: Path, body: str, *opts: str, trial_id: str = "t1", key: bool = True,
          env: dict | None = None, timeout: float = 60) -> tuple[subprocess.CompletedProcess, dict, Path]:
-    """Run python code ``body`` under ``python -m verifier.exec``; returns (process, receipt dict, out dir)."""
+    """Run python code ``body`` under ``python -m infrarsi.verifier.exec``; returns (process, receipt dict, out dir)."""
     out = tmp_path / "out"
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(body))
-    cmd = [sys.executable, "-m", "verifier.exec", "--trial-id", trial_id, "--out", str(out), "--quiet", *opts]
+    cmd = [sys.executable, "-m", "infrarsi.verifier.exec", "--trial-id", trial_id, "--out", str(out), "--quiet", *opts]
     if key:
         kf = tmp_path / "trial.key"
         signing.write_key_file(str(kf), signing.derive_trial_key(MASTER, trial_id))
@@ -37,7 +37,7 @@ def wrap(tmp_path: Path, body: str, *opts: str, trial_id: str = "t1", key: bool 
 
 EMIT = """
 import os, sys, time
-from verifier.emit import Receipts
+from infrarsi.verifier.emit import Receipts
 rx = Receipts.from_env()
 """
 
@@ -92,7 +92,7 @@ print("not a receipt line")
 def test_fifo_fallback_when_a_launcher_closes_descriptors(tmp_path):
     proc, rec, _ = wrap(tmp_path, """
 import subprocess, sys
-code = "from verifier.emit import Receipts; r = Receipts.from_env(); r.update(1, 1.0, 1.0, 1, 1, 1, 1, 0.1, 'x', 0.1); r.footer(1)"
+code = "from infrarsi.verifier.emit import Receipts; r = Receipts.from_env(); r.update(1, 1.0, 1.0, 1, 1, 1, 1, 0.1, 'x', 0.1); r.footer(1)"
 subprocess.run([sys.executable, "-c", code], check=True)   # close_fds=True: the pipe fd is gone
 """)
     assert proc.returncode == 0 and len(rec["updates"]) == 1 and rec["footer"]["completed"] == 1
@@ -153,7 +153,7 @@ def test_frozen_files_hashed_before_and_after(tmp_path):
 
 
 def test_bad_key_file_is_a_one_line_error(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "verifier.exec", "--key-file", str(tmp_path / "nope"), "--out",
+    proc = subprocess.run([sys.executable, "-m", "infrarsi.verifier.exec", "--key-file", str(tmp_path / "nope"), "--out",
                            str(tmp_path), "--", "true"], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith("infrarsi: error: --key-file")
     assert proc.stderr.count("\n") == 1

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from verifier import invariants as inv
-from verifier.spec import JudgeSpec
+from infrarsi.verifier import invariants as inv
+from infrarsi.verifier.spec import JudgeSpec
 
 
 def _status(item) -> str:

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from verifier_receipts import receipt_dict
-from verifier import signing
-from verifier.judge import INVARIANTS, judge, judge_raw, rejudge
-from verifier.spec import JudgeSpec, SpecError, Verdict
+from infrarsi.verifier import signing
+from infrarsi.verifier.judge import INVARIANTS, judge, judge_raw, rejudge
+from infrarsi.verifier.spec import JudgeSpec, SpecError, Verdict
 
 MASTER = b"m" * 32
 

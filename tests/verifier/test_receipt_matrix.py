@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from verifier.matrix.cases import CASES
+from infrarsi.verifier.matrix.cases import CASES
 
 
 def test_case_list_covers_the_brief():
@@ -20,7 +20,7 @@ def test_case_list_covers_the_brief():
 
 @pytest.mark.slow
 def test_full_matrix_agrees():
-    from verifier.matrix.runner import format_matrix, run_matrix
+    from infrarsi.verifier.matrix.runner import format_matrix, run_matrix
 
     results = run_matrix(jobs=2)
     table = format_matrix(results)

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from verifier_receipts import receipt_dict
-from verifier import signing
-from verifier.receipt import ReceiptError, classify_outcome, load_receipt
+from infrarsi.verifier import signing
+from infrarsi.verifier.receipt import ReceiptError, classify_outcome, load_receipt
 
 MASTER = bytes(range(32))
 

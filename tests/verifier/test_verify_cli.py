@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from verifier import signing
+from infrarsi.verifier import signing
 from verifier_receipts import receipt_dict
 
 MASTER = b"\x07" * 32
 JOB = """
 import sys, time
-from verifier.emit import Receipts
+from infrarsi.verifier.emit import Receipts
 loss_scale = float(sys.argv[1])
 rx = Receipts.from_env()
 rx.header("md", 10, "fp32", 1, 64, 8)
@@ -29,7 +29,7 @@ rx.footer(6)
 
 
 def _infrarsi(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "controller.cli.main", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "infrarsi.controller.cli.main", *args], capture_output=True, text=True,
                           cwd=cwd, timeout=300)
 
 
@@ -90,8 +90,8 @@ def test_verify_usage_errors_are_one_line(runs, tmp_path):
 
 
 def test_rejudge_prints_counts(monkeypatch):
-    import controller.cli.verify_cmd as vc
-    from controller.cli.main import cli
+    import infrarsi.controller.cli.verify_cmd as vc
+    from infrarsi.controller.cli.main import cli
 
     def _signed(d, tid):
         d = dict(d, trial_id=tid)
@@ -119,8 +119,8 @@ def test_matrix_subset_from_the_cli():
 
 
 def test_spec_from_contract_reads_the_judging_facts(tmp_path):
-    from verifier.cli import VerifyUsageError, spec_from_contract
-    from verifier.spec import JudgeSpec
+    from infrarsi.verifier.cli import VerifyUsageError, spec_from_contract
+    from infrarsi.verifier.spec import JudgeSpec
 
     (tmp_path / "model.py").write_text("x = 1\n")
     c = tmp_path / "infrarsi.yaml"

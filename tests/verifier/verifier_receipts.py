@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from verifier.receipt import SCHEMA
+from infrarsi.verifier.receipt import SCHEMA
 
 N, WINDOW = 12, (4, 12)
 

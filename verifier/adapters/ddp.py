@@ -4,7 +4,7 @@ Every rank calls the same methods; per-rank loss and gradient norm are averaged 
 tokens/samples summed with one all-reduce, and only rank 0 writes (``Receipts``
 is a no-op elsewhere because ``RANK`` != 0)::
 
-    from verifier.adapters.ddp import DDPReceiptLogger
+    from infrarsi.verifier.adapters.ddp import DDPReceiptLogger
     rl = DDPReceiptLogger(ddp_model, optimizer, seq_len=S)
     ... the same begin(x) / grads() / end(loss) / finish() calls as the plain loop ...
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verifier.adapters.torch_loop import ReceiptLogger
+from infrarsi.verifier.adapters.torch_loop import ReceiptLogger
 
 
 def _dist() -> Any:

@@ -3,7 +3,7 @@
 ``transformers`` is imported only when :func:`receipt_callback` is called, so this
 module imports without it.  Usage (two added lines)::
 
-    from verifier.adapters.hf import receipt_callback
+    from infrarsi.verifier.adapters.hf import receipt_callback
     trainer = Trainer(..., callbacks=[receipt_callback(seq_len=S)])
 
 The callback writes the header at ``on_train_begin`` (model digest of the initial
@@ -20,14 +20,14 @@ import math
 import time
 from typing import Any
 
-from verifier.emit import Receipts
+from infrarsi.verifier.emit import Receipts
 
 
 def receipt_callback(seq_len: int, precision: str | None = None, receipts: Receipts | None = None) -> Any:
     """Build the callback instance; raises ``ImportError`` when transformers is absent."""
     from transformers import TrainerCallback  # noqa: PLC0415 - lazy by design
 
-    from verifier.adapters import torch_loop as tl
+    from infrarsi.verifier.adapters import torch_loop as tl
 
     class InfrarsiReceiptCallback(TrainerCallback):  # type: ignore[misc, valid-type]
         """Writes one receipt line per optimizer update of the Trainer."""

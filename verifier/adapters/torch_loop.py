@@ -4,7 +4,7 @@ Helpers: :func:`model_digest`, :func:`param_count`, :func:`batch_digest`,
 :func:`peak_mem_gib`, :func:`software_versions`, and :class:`ReceiptLogger`, which
 lets a plain loop emit receipts with a handful of added lines::
 
-    from verifier.adapters.torch_loop import ReceiptLogger
+    from infrarsi.verifier.adapters.torch_loop import ReceiptLogger
     rl = ReceiptLogger(model, optimizer, seq_len=S, precision="fp32")
     for x, y in batches:
         rl.begin(x)                      # starts the clock, digests the update's input batch
@@ -22,7 +22,7 @@ import platform
 import time
 from typing import Any
 
-from verifier.emit import Receipts
+from infrarsi.verifier.emit import Receipts
 
 
 def model_digest(model: Any, sample: int = 8) -> str:

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import subprocess
 
-from verifier import signing
-from verifier.judge import judge_raw
-from verifier.matrix.cases import CASES, REFERENCE, Case
-from verifier.spec import JudgeSpec, Verdict
+from infrarsi.verifier import signing
+from infrarsi.verifier.judge import judge_raw
+from infrarsi.verifier.matrix.cases import CASES, REFERENCE, Case
+from infrarsi.verifier.spec import JudgeSpec, Verdict
 
 UPDATES = 14
 FROZEN_NAME = "frozen_config.json"
@@ -67,8 +67,8 @@ def _job_cmd(case: Case) -> list[str]:
         return [sys.executable, str(Path(__file__).with_name("train.py")), *args]
     if case.launcher == "torchrun":
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-                "--nproc_per_node", str(case.nproc), "-m", "verifier.matrix.train", *args]
-    return [sys.executable, "-m", "verifier.matrix.train", *args]
+                "--nproc_per_node", str(case.nproc), "-m", "infrarsi.verifier.matrix.train", *args]
+    return [sys.executable, "-m", "infrarsi.verifier.matrix.train", *args]
 
 
 def _run_case(case: Case, run_id: str, root: Path, master: bytes, manifest: Path) -> tuple[Path, float]:
@@ -77,7 +77,7 @@ def _run_case(case: Case, run_id: str, root: Path, master: bytes, manifest: Path
     cdir.mkdir(parents=True)
     (cdir / FROZEN_NAME).write_text(FROZEN_TEXT)
     trial_id = f"matrix-{run_id}" + ("-source" if case.post == "replay" else "")
-    cmd = [sys.executable, "-m", "verifier.exec", "--trial-id", trial_id, "--out", str(cdir / "out"),
+    cmd = [sys.executable, "-m", "infrarsi.verifier.exec", "--trial-id", trial_id, "--out", str(cdir / "out"),
            "--frozen-manifest", str(manifest), "--memory-cap-gib", "1.0", "--timeout", str(case.timeout_s), "--quiet"]
     if case.post != "unsigned":
         key_file = cdir / "trial.key"

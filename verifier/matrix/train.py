@@ -4,11 +4,11 @@ A bigram language model (embedding -> 2 hidden layers -> vocabulary, ~3.5k
 parameters) trained with AdamW and a warm-up/cosine schedule on generated token
 sequences.  Each update sleeps a fixed simulated compute time split over forward,
 backward and optimizer, so both clocks see step times that dominate scheduler jitter.
-Receipts go through :class:`verifier.adapters.torch_loop.ReceiptLogger` (or the DDP
+Receipts go through :class:`infrarsi.verifier.adapters.torch_loop.ReceiptLogger` (or the DDP
 logger under torchrun), exactly as a user's loop would.
 
 ``--perturb NAME`` changes the training code or what it reports (see PERTURBATIONS);
-everything else is the reference.  Run: ``python -m verifier.matrix.train [--perturb X]``.
+everything else is the reference.  Run: ``python -m infrarsi.verifier.matrix.train [--perturb X]``.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from verifier.adapters.ddp import DDPReceiptLogger
-from verifier.adapters.torch_loop import ReceiptLogger
-from verifier.emit import Receipts
+from infrarsi.verifier.adapters.ddp import DDPReceiptLogger
+from infrarsi.verifier.adapters.torch_loop import ReceiptLogger
+from infrarsi.verifier.emit import Receipts
 
 VOCAB, DIM, HIDDEN = 32, 16, 32
 

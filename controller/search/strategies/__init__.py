@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from controller.search.space import SearchSpace
+from infrarsi.controller.search.space import SearchSpace
 
 STRATEGIES = ("infrarsi", "random", "greedy", "optuna-tpe", "infrarsi-noprior")
 #: what ``bench search`` runs by default
@@ -21,19 +21,19 @@ def make_strategy(name: str, space: SearchSpace, noise: Any, reference_step_time
                   seed: int = 0, **kwargs: Any):
     """Build strategy ``name``; raises ValueError for an unknown name."""
     if name in ("infrarsi", "infrarsi-noprior"):
-        from controller.search.controller import SearchController
+        from infrarsi.controller.search.controller import SearchController
         if name == "infrarsi-noprior":  # ablation: the same controller with every stated prior removed
             space = SearchSpace(tuple(replace(k, prior_mean=None, prior_sd=None, mem_prior_gib=None)
                                       for k in space.knobs), space.patches, space.is_legal)
             kwargs.pop("patch_priors", None)
         return SearchController(space, noise, reference_step_time_s, capacity_gib, seed=seed, **kwargs)
     if name == "random":
-        from controller.search.strategies.baselines import RandomStrategy
+        from infrarsi.controller.search.strategies.baselines import RandomStrategy
         return RandomStrategy(space, reference_step_time_s, seed)
     if name == "greedy":
-        from controller.search.strategies.baselines import GreedyStrategy
+        from infrarsi.controller.search.strategies.baselines import GreedyStrategy
         return GreedyStrategy(space, reference_step_time_s, seed)
     if name == "optuna-tpe":
-        from controller.search.strategies.optuna_tpe import OptunaTPEStrategy
+        from infrarsi.controller.search.strategies.optuna_tpe import OptunaTPEStrategy
         return OptunaTPEStrategy(space, reference_step_time_s, seed)
     raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from controller.search.space import Candidate, Outcome, Promotion, SearchSpace
+from infrarsi.controller.search.space import Candidate, Outcome, Promotion, SearchSpace
 
 
 class BaselineStrategy:

@@ -11,8 +11,8 @@ from typing import Sequence
 
 import optuna
 
-from controller.search.space import Candidate, Outcome, SearchSpace
-from controller.search.strategies.baselines import BaselineStrategy
+from infrarsi.controller.search.space import Candidate, Outcome, SearchSpace
+from infrarsi.controller.search.strategies.baselines import BaselineStrategy
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

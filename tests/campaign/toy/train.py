@@ -11,7 +11,7 @@ import os
 import sys
 import time
 
-from verifier.emit import Receipts
+from infrarsi.verifier.emit import Receipts
 
 p = argparse.ArgumentParser()
 p.add_argument("--speed", type=int, default=1)
