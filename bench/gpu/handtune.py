@@ -2,7 +2,7 @@
 
 No infrarsi is involved: every configuration is a plain, fresh ``python train.py`` process
 with its own empty ``TORCHINDUCTOR_CACHE_DIR`` (a warm cache changes compiled step times
-by ~13%, see shared/notes/gpu.md).  For each configuration it prints the median step time
+by ~13%, see docs/measurements.md).  For each configuration it prints the median step time
 over the window (updates 11-30 by default), tokens/s and MFU by the paper's formula
 (``examples/nanogpt/flops.py``: 6 x matrix params + attention FLOPs per token, over the
 989.5 TFLOP/s dense BF16 peak).  The best hand-tuned MFU is the target the promoted

@@ -1,5 +1,5 @@
 """Dense GPT on one 8x H200 node with naive research defaults (modelled on
-shared/notes/gpu.md: fp32, naive attention, eager, loop AdamW, micro-batch
+docs/measurements.md: fp32, naive attention, eager, loop AdamW, micro-batch
 4 x 16 accumulation, activation checkpointing).
 
 Knobs interact strongly: single flips give 1.1-1.65x each and multiply to

@@ -83,7 +83,7 @@ def test_sigma_pair_predicts_spread_of_fresh_paired_comparisons() -> None:
 
 
 def test_short_compiled_trials_gate_on_rerun_spread_not_within_run_spread() -> None:
-    """shared/notes/gpu.md: 16-update trials, ~1% split-half, ~3% between fresh runs."""
+    """docs/measurements.md: 16-update trials, ~1% split-half, ~3% between fresh runs."""
     hits, sigmas = 0, []
     for seed in range(20):
         rng = np.random.default_rng(200 + seed)
@@ -179,7 +179,7 @@ def test_real_h200_reference_runs() -> None:
     runs = [np.asarray(r) for r in doc["runs"]]
     assert len(runs) == 8
     full = calibrate(runs)
-    # small eager model, fresh processes: ~3% re-run spread as in shared/notes/gpu.md
+    # small eager model, fresh processes: ~3% re-run spread as in docs/measurements.md
     assert 0.01 < full.sigma_pair < 0.06
     assert full.big_knob_gate == pytest.approx(2 * full.sigma_pair)
     half = calibrate(runs[:4])
