@@ -220,3 +220,16 @@ class Experience(Base):
     mem_delta_gib: Mapped[float | None] = mapped_column(Float, nullable=True)
     verified: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class LeaderLease(Base):
+    """A named lease with a fencing token (migration 0003).  ``expires_at`` is database-clock unix seconds;
+    ``token`` only increases, once per acquisition (see :mod:`infrarsi.controller.store.lease`)."""
+
+    __tablename__ = "leader_lease"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    holder: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    token: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    expires_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    renewed_at: Mapped[float | None] = mapped_column(Float, nullable=True)
