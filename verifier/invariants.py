@@ -1,4 +1,5 @@
-"""The 16 invariants of the five-layer verifier, one small pure function each.
+"""The paper's 16 invariants of the five-layer verifier, one small pure function each (the 17th,
+``executor_clock``, lives in :mod:`infrarsi.verifier.trust`).
 
 Every function takes the trial :class:`~infrarsi.verifier.receipt.Receipt`, the reference
 receipts (one or more repeats of the untouched reference) and the
@@ -15,6 +16,7 @@ from typing import Any, Sequence
 
 from infrarsi.verifier.receipt import Receipt, num
 from infrarsi.verifier.spec import Item, JudgeSpec
+from infrarsi.verifier.trust import limits_note, limits_problem
 
 Refs = Sequence[Receipt]
 FATAL_KINDS = ("oom", "cuda", "traceback")
@@ -42,7 +44,11 @@ def _longest_run(values: list[float]) -> int:
 
 # ---------------------------------------------------------------- L1 ----------
 def completes(trial: Receipt, refs: Refs, spec: JudgeSpec) -> Item:
-    """Exit code 0, no signal, no timeout, N_done == N_tgt updates, and a footer agreeing with them."""
+    """Within the wrapper's limits (:func:`infrarsi.verifier.trust.limits_problem`), exit code 0, no signal,
+    no timeout, N_done == N_tgt updates, and a footer agreeing with them."""
+    over = limits_problem(trial, spec)
+    if over is not None:
+        return Item("completes", "L1", "fail", over)
     w = trial.wrapper
     n = len(trial.updates)
     if w.get("timed_out"):
@@ -58,7 +64,7 @@ def completes(trial: Receipt, refs: Refs, spec: JudgeSpec) -> Item:
     done = trial.footer.get("completed")
     if done != n:
         return Item("completes", "L1", "fail", f"footer says {done} completed, {n} update lines received")
-    return Item("completes", "L1", "pass", f"exit 0, {n}/{spec.updates} updates")
+    return Item("completes", "L1", "pass", f"exit 0, {n}/{spec.updates} updates{limits_note(trial)}")
 
 
 def no_errors(trial: Receipt, refs: Refs, spec: JudgeSpec) -> Item:

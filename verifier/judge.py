@@ -1,4 +1,5 @@
-"""The five-layer judge: run the 16 invariants on a trial receipt against reference receipts.
+"""The five-layer judge: run the 17 invariants (the paper's 16 plus ``executor_clock``) on a trial receipt
+against reference receipts.
 
 Pure functions, no I/O.  Public API (the controller calls these):
 
@@ -11,9 +12,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable
 
 from infrarsi.verifier import invariants as inv
+from infrarsi.verifier import trust
 from infrarsi.verifier.invariants import speed_reproduces, window_mean_step_time, window_step_times
 from infrarsi.verifier.receipt import Receipt, ReceiptError, load_receipt
 from infrarsi.verifier.spec import LAYERS, Item, JudgeSpec, SpecError, Verdict, integrity_verdict
@@ -23,14 +25,18 @@ __all__ = [
     "window_mean_step_time", "rejudge", "RejudgeCounts", "judge_raw",
 ]
 
-#: the 16 invariants in table order
-INVARIANTS: tuple[tuple[str, str], ...] = (
+#: the paper's 16 invariants (its Table 8) in table order
+PAPER_INVARIANTS: tuple[tuple[str, str], ...] = (
     ("L1", "completes"), ("L1", "no_errors"), ("L1", "memory_cap"),
     ("L2", "same_workload"), ("L2", "same_data"), ("L2", "same_model"), ("L2", "frozen_files"),
     ("L3", "optimizer_steps"),
     ("L4", "loss_within_tolerance"), ("L4", "grad_norm_within_tol"), ("L4", "eval_matches"), ("L4", "precision"),
     ("L5", "timing_consistent"), ("L5", "speed_reproduces"), ("L5", "resume_continues"), ("L5", "user_tests"),
 )
+#: every invariant judge() reports, in order: the paper's 16, then the executor's independent clock
+INVARIANTS: tuple[tuple[str, str], ...] = PAPER_INVARIANTS + (("L5", "executor_clock"),)
+#: ``(start, end)`` unix seconds as the executor saw the trial run (either may be None: unknown)
+ExecutorWindow = tuple["float | None", "float | None"]
 
 
 def judge(
@@ -40,13 +46,16 @@ def judge(
     *,
     rerun_times: tuple[list[float], list[float]] | None = None,
     user_test_codes: dict[str, int] | None = None,
+    executor_window: ExecutorWindow | None = None,
 ) -> Verdict:
     """Judge ``trial`` against ``references`` (repeats of the untouched reference) under ``spec``.
 
     ``rerun_times`` = (reference re-run window step times, candidate re-run window step
     times) makes this a promotion judgement: ``speed_reproduces`` becomes required and
     uses ``spec.margin``.  ``user_test_codes`` maps test command -> exit code.
-    Returns a :class:`Verdict` with all 16 items in table order.
+    ``executor_window`` = (start, end) unix seconds from the executor (outside the trial);
+    without it ``executor_clock`` is unchecked and not required.
+    Returns a :class:`Verdict` with all 17 items in :data:`INVARIANTS` order.
     """
     refs = list(references)
     data = inv.same_data(trial, refs, spec)
@@ -76,23 +85,25 @@ def judge(
         items.append(Item("speed_reproduces", "L5", "unchecked", "not a promotion judgement", required=False))
     items.append(inv.resume_continues(trial, refs, spec))
     items.append(inv.user_tests(user_test_codes, spec.check_user_tests))
+    items.append(trust.executor_clock(trial, executor_window))
     return Verdict.of(items)
 
 
 def judge_raw(
-    trial_raw: bytes, reference_raws: list[bytes], spec: JudgeSpec, master_key: bytes, trial_id: str
+    trial_raw: bytes, reference_raws: list[bytes], spec: JudgeSpec, master_key: bytes, trial_id: str,
+    executor_window: ExecutorWindow | None = None,
 ) -> Verdict:
-    """Load (signature, schema, replay checks) and judge; an untrustworthy trial gets an L0 verdict.
+    """Load (size cap, signature, schema, replay checks) and judge; an untrustworthy trial gets an L0 verdict.
 
     A reference that fails to load raises :class:`ReceiptError` (that is an
-    operator problem, not the candidate's).
+    operator problem, not the candidate's).  ``executor_window`` as in :func:`judge`.
     """
     refs = [load_receipt(r, master_key, None) for r in reference_raws]
     try:
         trial = load_receipt(trial_raw, master_key, trial_id)
     except ReceiptError as exc:
         return integrity_verdict(str(exc))
-    return judge(trial, refs, spec)
+    return judge(trial, refs, spec, executor_window=executor_window)
 
 
 @dataclass
@@ -132,18 +143,21 @@ class RejudgeCounts:
 
 
 def rejudge(
-    entries: Iterable[tuple[str, bytes, list[bytes], dict]], master_key: bytes
+    entries: Iterable[tuple[Any, ...]], master_key: bytes
 ) -> RejudgeCounts:
-    """Re-judge stored executions: each entry is (trial_id, receipt bytes, reference receipt bytes, judge spec dict).
+    """Re-judge stored executions: each entry is (trial_id, receipt bytes, reference receipt bytes, judge spec dict)
+    or the same with a fifth element, the executor's (start, end) window, so ``executor_clock`` is re-checked.
 
     Entries whose references or spec cannot be loaded are counted in ``errors``
     (one line each) and not in the totals.
     """
     counts = RejudgeCounts()
-    for trial_id, raw, ref_raws, spec_dict in entries:
+    for entry in entries:
+        trial_id, raw, ref_raws, spec_dict = entry[:4]
+        window = entry[4] if len(entry) > 4 else None
         try:
             spec = JudgeSpec.from_dict(spec_dict)
-            verdict = judge_raw(raw, ref_raws, spec, master_key, trial_id)
+            verdict = judge_raw(raw, ref_raws, spec, master_key, trial_id, executor_window=window)
         except (SpecError, ReceiptError) as exc:
             counts.errors.append(f"{trial_id}: {exc}")
             continue

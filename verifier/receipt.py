@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,10 @@ from typing import Any
 from infrarsi.verifier import signing
 
 SCHEMA = "infrarsi.receipt/1"
+#: schema of the small marker the controller stores instead of an oversized receipt (see :func:`oversized_marker`)
+OVERSIZED_SCHEMA = "infrarsi.receipt-oversized/1"
+#: hard cap on a raw receipt in bytes (same value as :data:`infrarsi.verifier.trust.MAX_RECEIPT_BYTES`)
+MAX_RECEIPT_BYTES = 16 * 1024 * 1024
 
 
 class ReceiptError(ValueError):
@@ -84,35 +89,74 @@ class Receipt:
         return json.dumps(self.data, sort_keys=True, indent=1, ensure_ascii=False).encode("utf-8")
 
 
-def _parse(path_or_bytes: str | Path | bytes) -> dict[str, Any]:
+def oversized_message(size: int, cap: int) -> str:
+    """The one-line L0 reason for a receipt over the byte cap."""
+    return f"oversized: {size} bytes > cap {cap} bytes"
+
+
+def oversized_marker(size: int, cap: int, sha256: str | None = None) -> bytes:
+    """What the controller stores instead of an oversized receipt: a small JSON object that
+    :func:`load_receipt` turns back into the ``oversized`` L0 reason (so re-judging agrees)."""
+    return json.dumps({"schema": OVERSIZED_SCHEMA, "bytes": int(size), "cap": int(cap), "sha256": sha256},
+                      sort_keys=True).encode("utf-8")
+
+
+def read_capped(path: str | Path, cap: int = MAX_RECEIPT_BYTES) -> tuple[bytes | None, int]:
+    """(raw bytes, size) of a receipt file, reading at most ``cap + 1`` bytes; raw is None when the file is over
+    ``cap`` (size is then the file's size on disk).  Raises :class:`ReceiptError` when unreadable."""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > cap:
+                return None, size
+            raw = fh.read(cap + 1)
+    except OSError as exc:
+        raise ReceiptError(f"{path}: cannot read ({exc.strerror})") from None
+    if len(raw) > cap:  # grew after the size check
+        return None, max(size, len(raw))
+    return raw, len(raw)
+
+
+def _parse(path_or_bytes: str | Path | bytes, cap: int) -> dict[str, Any]:
     if isinstance(path_or_bytes, (bytes, bytearray)):
         raw = bytes(path_or_bytes)
         where = "receipt"
+        if len(raw) > cap:
+            raise ReceiptError(oversized_message(len(raw), cap))
     else:
         where = str(path_or_bytes)
-        try:
-            raw = Path(path_or_bytes).read_bytes()
-        except OSError as exc:
-            raise ReceiptError(f"{where}: cannot read ({exc.strerror})") from None
+        got, size = read_capped(path_or_bytes, cap)
+        if got is None:
+            raise ReceiptError(oversized_message(size, cap))
+        raw = got
     try:
         d = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ReceiptError(f"{where}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ReceiptError(f"{where}: not valid JSON (nested too deeply)") from None
     if not isinstance(d, dict):
         raise ReceiptError(f"{where}: top level is not a JSON object")
+    if d.get("schema") == OVERSIZED_SCHEMA and "signature" not in d:
+        size, stored_cap = num(d.get("bytes")), num(d.get("cap"))
+        raise ReceiptError(oversized_message(int(size) if math.isfinite(size) else -1,
+                                             int(stored_cap) if math.isfinite(stored_cap) else cap))
     return d
 
 
-def load_receipt(path_or_bytes: str | Path | bytes, master_key: bytes, expected_trial_id: str | None) -> Receipt:
+def load_receipt(path_or_bytes: str | Path | bytes, master_key: bytes, expected_trial_id: str | None,
+                 max_bytes: int = MAX_RECEIPT_BYTES) -> Receipt:
     """Load a receipt and prove it is this trial's, untouched, in the current schema.
 
+    First the size: raw receipts over ``max_bytes`` are refused before parsing (a file is never read past
+    ``max_bytes + 1``), as is the controller's stored marker of such a receipt: ``oversized: N bytes > cap C``.
     The signature is checked with ``derive_trial_key(master_key, receipt.trial_id)``;
     then the schema; then that ``trial_id`` equals ``expected_trial_id`` (skipped when
     it is ``None``, e.g. for reference receipts whose own id is authenticated).
-    Raises :class:`ReceiptError` whose message starts with ``unsigned``,
+    Raises :class:`ReceiptError` whose message starts with ``oversized``, ``unsigned``,
     ``bad signature``, ``wrong schema`` or ``replayed`` (or names a read/parse problem).
     """
-    d = _parse(path_or_bytes)
+    d = _parse(path_or_bytes, max_bytes)
     sig = d.get("signature")
     if not isinstance(sig, str) or not sig:
         raise ReceiptError("unsigned: receipt carries no signature")

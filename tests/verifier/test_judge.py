@@ -1,4 +1,4 @@
-"""The judge as a whole: all 16 items, first failed layer, promotion, JSON, spec parsing, offline re-judging."""
+"""The judge as a whole: all 17 items, first failed layer, promotion, JSON, spec parsing, offline re-judging."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _signed(d: dict, trial_id: str) -> bytes:
     return json.dumps(d).encode()
 
 
-def test_clean_trial_is_accepted_with_all_16_items(make, spec):
+def test_clean_trial_is_accepted_with_all_17_items(make, spec):
     v = judge(make(seed=1), [make(), make(seed=2)], spec)
     assert v.accepted and v.first_failed_layer is None
     assert [(it.layer, it.name) for it in v.items] == list(INVARIANTS)
@@ -112,4 +112,4 @@ def test_garbage_values_from_a_misbehaving_job_never_crash_the_judge(make, spec,
         d["header"]["params"] = value
         d["footer"]["completed"] = value
     v = judge(make(garble), [make()], spec)
-    assert not v.accepted and len(v.items) == 16
+    assert not v.accepted and len(v.items) == len(INVARIANTS) == 17
