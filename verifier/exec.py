@@ -1,18 +1,25 @@
-"""The exec wrapper: run an untrusted training job and write a signed receipt of what it did.
+"""The exec wrapper: run an untrusted training job in a sandbox and write a signed receipt of what it did.
 
-``python -m infrarsi.verifier.exec [options] -- CMD ...`` (also ``infrarsi exec``).  The wrapper
+``python -I -m infrarsi.verifier.exec [options] -- CMD ...`` (also ``infrarsi exec``).  The wrapper is trusted
+code: it runs *outside* the sandbox (start it with ``-I`` so nothing in the job's tree can shadow it) and
 
-* reads the signing key from ``--key-file`` (and deletes the file before the child
-  starts) or from ``INFRARSI_SIGNING_KEY``, which is removed from the child's environment;
+* reads the signing key from ``--key-file`` (and deletes the file before the child starts) or from
+  ``INFRARSI_SIGNING_KEY``; marks itself non-dumpable and a child subreaper;
+* builds the job's environment from an allow-list (:func:`infrarsi.verifier.sandbox.job_env`; ``--pass-env``
+  names the contract's own variables) with ``HOME``/``TMPDIR``/compile caches inside ``--scratch``;
+* starts the job inside bubblewrap (``--isolation bwrap``, the default; :mod:`infrarsi.verifier.sandbox`):
+  only ``--src`` and ``--scratch`` are writable, ``--out`` is invisible, the PID namespace takes every process of
+  the job with it.  When bubblewrap is missing or cannot create namespaces it refuses to start (fail closed);
+  ``--isolation none`` runs the job unsandboxed, warns on stderr and says so in the receipt;
 * hashes the ``--frozen-manifest`` files in the child's cwd before and after the run;
-* gives the child a pipe (``INFRARSI_RECEIPT_FD``, plus a private FIFO for launchers
-  that close inherited descriptors) and stamps every receipt line with
-  its own monotonic clock (``wall_t``, seconds since the child started) as it arrives;
-* tees the child's combined stdout/stderr to its own stdout and ``--out/job.log``,
-  recording CUDA/NCCL/traceback/OOM lines;
-* enforces ``--timeout`` by killing the child's process group;
-* writes ``--out/receipt.json`` (signed when a key was given) and exits with the
-  child's status (128+signal when signalled).
+* gives the child a pipe (``INFRARSI_RECEIPT_FD``, plus a private FIFO for launchers that close inherited
+  descriptors) and stamps every receipt line with its own monotonic clock (``wall_t``) as it arrives; at most
+  ``--max-updates`` + 16 lines and (``--max-updates`` + 16) * 64 KiB are kept, the rest is counted and dropped;
+* tees the child's combined stdout/stderr to its own stdout and ``--out/job.log``, keeping the first and last
+  ``--log-keep-mib`` MiB of each with a marker line for what was dropped, recording CUDA/NCCL/traceback/OOM lines;
+* samples the disk use of ``--src`` + ``--scratch`` every ~2 s and kills the job beyond ``--disk-limit-gib``;
+* enforces ``--timeout`` by killing the child's process tree;
+* writes ``--out/receipt.json`` (signed when a key was given) and exits with the child's status (128+signal).
 """
 
 from __future__ import annotations
@@ -33,21 +40,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from infrarsi.verifier import scan, signing
+from infrarsi.verifier import sandbox, scan, signing
 from infrarsi.verifier.receipt import SCHEMA
 
 KEY_ENV = "INFRARSI_SIGNING_KEY"
 MAX_LINE = 1 << 20
 MAX_ERRORS = 200
+#: receipt lines allowed beyond the expected updates (header, footer, slack)
+RECEIPT_SLACK_LINES = 16
+RECEIPT_LINE_BYTES = 64 * 1024
+DEFAULT_LOG_KEEP = 4 << 20
+GIB = 1 << 30
 
 
 class WrapperError(Exception):
-    """Bad wrapper input (missing command, unreadable key or manifest); one-line message."""
+    """Bad wrapper input (missing command, unreadable key or manifest, no sandbox); one-line message."""
 
 
 @dataclass
 class ExecOptions:
-    """What :func:`run_wrapped` needs; see the module docstring for the meaning of each."""
+    """What :func:`run_wrapped` needs; see the module docstring for the meaning of each.
+
+    ``src``: the job's read-write source tree (default: ``cwd``); ``scratch``: its read-write scratch folder
+    (default: a temporary folder removed afterwards); ``env``: the environment the allow-list is applied to
+    (default: the wrapper's own); ``pass_env``: further names passed through from it.
+    """
 
     argv: list[str]
     out_dir: Path
@@ -60,6 +77,14 @@ class ExecOptions:
     kill_grace_s: float = 5.0
     echo: bool = True
     env: dict[str, str] | None = None
+    isolation: str = "bwrap"
+    src: str | None = None
+    scratch: str | None = None
+    pass_env: list[str] = field(default_factory=list)
+    max_updates: int | None = None
+    disk_limit_gib: float | None = None
+    disk_interval_s: float = 2.0
+    log_keep_bytes: int = DEFAULT_LOG_KEEP
 
 
 @dataclass
@@ -72,6 +97,14 @@ class _State:
     errors: list[dict[str, Any]] = field(default_factory=list)
     oom: dict[str, Any] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    max_lines: int | None = None
+    max_bytes: int | None = None
+    rx_lines: int = 0
+    rx_bytes: int = 0
+    lines_dropped: int = 0
+    bytes_dropped: int = 0
+    disk_used: int | None = None
+    disk_exceeded: bool = False
 
 
 def hash_manifest(manifest: dict[str, str], root: Path) -> dict[str, str | None]:
@@ -107,21 +140,109 @@ def _read_key(opts: ExecOptions) -> bytes | None:
 
 
 def _harden() -> None:
-    """Make this process non-dumpable (Linux): its /proc/<pid>/environ and memory, which hold
-    the key, become unreadable to the job's same-uid processes.  Best effort; execve resets
-    the flag for the child itself."""
+    """Make this process non-dumpable (its /proc/<pid>/environ and memory, which hold the key, become
+    unreadable to same-uid processes) and a child subreaper (orphans of the job -- ``setsid``, double fork --
+    are re-parented here, so the end-of-run kill finds them even without a PID namespace).  Linux, best effort."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+        libc.prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE = 4
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER = 36
     except (OSError, AttributeError):
         pass
+
+
+def _descendants(root: int) -> list[int]:
+    """Live descendants of ``root`` by parent links in /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        rest = raw[raw.rfind(")") + 2:].split()
+        if len(rest) > 1 and rest[0] not in ("Z", "X"):
+            children.setdefault(int(rest[1]), []).append(int(entry))
+    out: list[int] = []
+    stack = [root]
+    while stack:
+        for c in children.get(stack.pop(), []):
+            out.append(c)
+            stack.append(c)
+    return out
+
+
+def _signal_tree(pid: int, sig: int, spare: frozenset[int] = frozenset()) -> None:
+    """``sig`` to the job's process group, and to every descendant of this wrapper but ``spare`` (those that
+    existed before the job): the job's tree, whatever groups or sessions it made."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for p in _descendants(os.getpid()):
+        if p in spare:
+            continue
+        try:
+            os.kill(p, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class _Capped:
+    """Writes a byte stream to ``sinks`` keeping the first and last ``keep`` bytes; the middle is counted in
+    ``dropped`` and replaced by one marker line at :meth:`close`.  Holds at most ``keep`` bytes in memory."""
+
+    def __init__(self, sinks: list[BinaryIO], keep: int) -> None:
+        self.sinks, self.keep = sinks, max(0, keep)
+        self.head = 0
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def _emit(self, data: bytes) -> None:
+        for s in self.sinks:
+            try:
+                s.write(data)
+                s.flush()
+            except (OSError, ValueError):
+                pass
+
+    def write(self, data: bytes) -> None:
+        if self.head < self.keep:
+            part = data[:self.keep - self.head]
+            self._emit(part)
+            self.head += len(part)
+            data = data[len(part):]
+        if data:
+            self.tail += data
+            if len(self.tail) > self.keep:
+                cut = len(self.tail) - self.keep
+                self.dropped += cut
+                del self.tail[:cut]
+
+    def close(self) -> None:
+        if self.dropped:
+            self._emit(f"\n[infrarsi: {self.dropped} bytes of job output dropped here; kept the first and last "
+                       f"{self.keep} bytes]\n".encode())
+        if self.tail:
+            self._emit(bytes(self.tail))
+        self.tail = bytearray()
 
 
 def _read_receipts(fh: BinaryIO, st: _State) -> None:
     for raw in iter(lambda: fh.readline(MAX_LINE), b""):
         now = time.monotonic() - st.t0
+        with st.lock:
+            over = (st.max_lines is not None and st.rx_lines >= st.max_lines) or \
+                   (st.max_bytes is not None and st.rx_bytes + len(raw) > st.max_bytes)
+            if over:
+                st.lines_dropped += 1
+                st.bytes_dropped += len(raw)
+                continue
+            st.rx_lines += 1
+            st.rx_bytes += len(raw)
         try:
             obj = json.loads(raw.decode("utf-8"))
             if not isinstance(obj, dict):
@@ -145,16 +266,9 @@ def _read_receipts(fh: BinaryIO, st: _State) -> None:
                 st.bad_lines += 1
 
 
-def _read_output(fh: BinaryIO, st: _State, log: BinaryIO, echo: bool) -> None:
+def _read_output(fh: BinaryIO, st: _State, out: _Capped) -> None:
     for raw in iter(lambda: fh.readline(MAX_LINE), b""):
-        log.write(raw)
-        log.flush()
-        if echo:
-            try:
-                sys.stdout.buffer.write(raw)
-                sys.stdout.flush()
-            except (OSError, ValueError):
-                pass
+        out.write(raw)
         line = raw.decode("utf-8", "replace").rstrip("\r\n")
         kind = scan.classify_line(line)
         if kind is None:
@@ -170,23 +284,78 @@ def _read_output(fh: BinaryIO, st: _State, log: BinaryIO, echo: bool) -> None:
                     st.oom = parsed
 
 
-def _kill_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+def disk_usage(paths: list[str]) -> int:
+    """Bytes allocated under ``paths`` (st_blocks, symlinks not followed, each inode counted once)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    stack = list(paths)
+    while stack:
+        try:
+            it = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with it:
+            for e in it:
+                try:
+                    stt = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if (stt.st_dev, stt.st_ino) in seen:
+                    continue
+                seen.add((stt.st_dev, stt.st_ino))
+                total += stt.st_blocks * 512
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+    return total
+
+
+def _watch_disk(paths: list[str], limit: int | None, interval: float, st: _State, done: threading.Event,
+                kill: Any) -> None:
+    while not done.wait(interval):
+        used = disk_usage(paths)
+        with st.lock:
+            st.disk_used = max(st.disk_used or 0, used)
+        if limit is not None and used > limit:
+            with st.lock:
+                st.disk_exceeded = True
+            kill()
+            return
+
+
+def _isolation(opts: ExecOptions) -> tuple[str | None, dict[str, str]]:
+    """``(bwrap path or None, the receipt's isolation block)``; raises WrapperError (fail closed)."""
+    if opts.isolation not in sandbox.ISOLATION_MODES:
+        raise WrapperError(f"--isolation {opts.isolation!r}: expected one of {', '.join(sandbox.ISOLATION_MODES)}")
+    if opts.isolation == "none":
+        print("infrarsi: warning: isolation disabled (--isolation none): the job runs unsandboxed and can read "
+              "everything this user can; use only on a trusted single-user machine", file=sys.stderr, flush=True)
+        return None, {"mode": "none", "detail": "disabled by --isolation none (INFRARSI_ISOLATION=none): "
+                                                "the job ran without a sandbox"}
+    bwrap = sandbox.find_bwrap(opts.env if opts.env is not None else os.environ)
+    reason = sandbox.probe(bwrap)
+    if reason is not None:
+        raise WrapperError(f"isolation: bubblewrap {bwrap or ''} not available ({reason}); install bubblewrap "
+                           "or set INFRARSI_ISOLATION=none on a trusted single-user machine".replace("  ", " "))
+    assert bwrap is not None
+    return bwrap, {"mode": "bwrap", "detail": f"{sandbox.version(bwrap)}: new pid, ipc, uts, cgroup, user and mount "
+                                              "namespaces; network shared; writable: src, scratch"}
 
 
 def run_wrapped(opts: ExecOptions) -> int:
     """Run ``opts.argv`` under the wrapper; write the receipt and job log; return the exit status.
 
-    Raises :class:`WrapperError` for bad inputs before the child starts.
+    Raises :class:`WrapperError` for bad inputs (and, fail closed, for an unavailable sandbox) before the child
+    starts; nothing is written to ``--out`` then.
     """
     if not opts.argv:
         raise WrapperError("no command given after --")
+    bwrap, iso = _isolation(opts)
     _harden()
+    cwd = Path(opts.cwd or os.getcwd()).resolve()
+    src = Path(opts.src).resolve() if opts.src else cwd
+    if bwrap and cwd != src and src not in cwd.parents:
+        raise WrapperError(f"--cwd {cwd}: not inside --src {src} (the job sees only src and scratch)")
     key = _read_key(opts)
-    cwd = Path(opts.cwd or os.getcwd())
     manifest: dict[str, str] = {}
     if opts.frozen_manifest:
         try:
@@ -196,47 +365,76 @@ def run_wrapped(opts: ExecOptions) -> int:
             raise WrapperError(f"--frozen-manifest {opts.frozen_manifest}: not a readable JSON object of relpath: sha256") from None
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     frozen_before = hash_manifest(manifest, cwd)
+    own_scratch = opts.scratch is None
+    scratch = Path(tempfile.mkdtemp(prefix="infrarsi-scratch-") if own_scratch else opts.scratch).resolve()  # type: ignore[arg-type]
+    for sub in ("home", "tmp", "cache"):
+        (scratch / sub).mkdir(parents=True, exist_ok=True)
 
-    env = dict(opts.env if opts.env is not None else os.environ)
-    env.pop(KEY_ENV, None)
-    env.pop("INFRARSI_RECEIPT_PATH", None)
     rfd, wfd = os.pipe()
-    env["INFRARSI_RECEIPT_FD"] = str(wfd)
-    env["INFRARSI_RECEIPT_INO"] = str(os.fstat(wfd).st_ino)
     fifo_dir = tempfile.mkdtemp(prefix="infrarsi-rx-")
     fifo = os.path.join(fifo_dir, "receipts")
     os.mkfifo(fifo, 0o600)
     fifo_r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     fifo_keep = os.open(fifo, os.O_WRONLY)  # keeps readline blocking (not EOF) until the job is over
     os.set_blocking(fifo_r, True)
-    env["INFRARSI_RECEIPT_FIFO"] = fifo
+    overrides = {
+        "INFRARSI_RECEIPT_FD": str(wfd), "INFRARSI_RECEIPT_INO": str(os.fstat(wfd).st_ino),
+        "INFRARSI_RECEIPT_FIFO": fifo, "HOME": str(scratch / "home"), "TMPDIR": str(scratch / "tmp"),
+        "XDG_CACHE_HOME": str(scratch / "cache"),
+        "TORCHINDUCTOR_CACHE_DIR": str(scratch / "cache" / "torchinductor"),
+        "TRITON_CACHE_DIR": str(scratch / "cache" / "triton"),
+    }
+    source = opts.env if opts.env is not None else dict(os.environ)
+    env = sandbox.job_env(source, opts.pass_env, overrides)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    if opts.trial_id:
+        env.setdefault("INFRARSI_TRIAL_ID", opts.trial_id)
+    disk_limit = int(opts.disk_limit_gib * GIB) if opts.disk_limit_gib else None
+    if bwrap:
+        multinode = os.path.basename(opts.argv[0]) == "srun"
+        argv = [*sandbox.bwrap_argv(bwrap, src=str(src), scratch=str(scratch), cwd=str(cwd), env=env,
+                                    hide=[str(opts.out_dir.resolve())], extra_rw=[fifo_dir],
+                                    tmp_size_bytes=disk_limit, multinode=multinode), "--", *opts.argv]
+    else:
+        argv = list(opts.argv)
     st = _State()
+    if opts.max_updates is not None:
+        st.max_lines = int(opts.max_updates) + RECEIPT_SLACK_LINES
+        st.max_bytes = st.max_lines * RECEIPT_LINE_BYTES
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     log = open(opts.out_dir / "job.log", "wb")
+    sinks: list[BinaryIO] = [log]
+    if opts.echo:
+        sinks.append(sys.stdout.buffer)
+    capped = _Capped(sinks, opts.log_keep_bytes)
+    start_unix = time.time()
+    spare = frozenset(_descendants(os.getpid()))
     st.t0 = time.monotonic()
     try:
-        proc = subprocess.Popen(opts.argv, cwd=str(cwd), env=env, pass_fds=(wfd,), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(argv, cwd=str(cwd), env=env, pass_fds=(wfd,), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as exc:
         for fd in (rfd, wfd, fifo_r, fifo_keep):
             os.close(fd)
         shutil.rmtree(fifo_dir, ignore_errors=True)
         log.close()
-        raise WrapperError(f"cannot start {opts.argv[0]!r}: {exc.strerror}") from None
+        raise WrapperError(f"cannot start {argv[0]!r}: {exc.strerror}") from None
     os.close(wfd)
     rx_thread = threading.Thread(target=_read_receipts, args=(os.fdopen(rfd, "rb"), st), daemon=True)
-    out_thread = threading.Thread(target=_read_output, args=(proc.stdout, st, log, opts.echo), daemon=True)
+    out_thread = threading.Thread(target=_read_output, args=(proc.stdout, st, capped), daemon=True)
     fifo_thread = threading.Thread(target=_read_receipts, args=(os.fdopen(fifo_r, "rb"), st), daemon=True)
-    rx_thread.start()
-    out_thread.start()
-    fifo_thread.start()
+    disk_done = threading.Event()
+    disk_paths = [str(src)] + ([str(scratch)] if src not in (scratch, *scratch.parents) else [])
+    disk_thread = threading.Thread(target=_watch_disk, daemon=True, args=(
+        disk_paths, disk_limit, opts.disk_interval_s, st, disk_done, lambda: _signal_tree(proc.pid, signal.SIGKILL, spare)))
+    for th in (rx_thread, out_thread, fifo_thread, disk_thread):
+        th.start()
 
     forwarded: list[int] = []
 
     def _forward(signum: int, _frame: Any) -> None:
         forwarded.append(signum)
-        _kill_group(proc.pid, signum)
+        _signal_tree(proc.pid, signum, spare)
 
     old = {}
     if threading.current_thread() is threading.main_thread():
@@ -248,27 +446,36 @@ def run_wrapped(opts: ExecOptions) -> int:
             proc.wait(timeout=opts.timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(proc.pid, signal.SIGTERM)
+            _signal_tree(proc.pid, signal.SIGTERM, spare)
             try:
                 proc.wait(timeout=opts.kill_grace_s)
             except subprocess.TimeoutExpired:
-                _kill_group(proc.pid, signal.SIGKILL)
+                _signal_tree(proc.pid, signal.SIGKILL, spare)
                 proc.wait()
     finally:
         for s, h in old.items():
             signal.signal(s, h)
     wall_s = time.monotonic() - st.t0
-    _kill_group(proc.pid, signal.SIGKILL)  # leftovers in the job's group must not keep writing
+    end_unix = time.time()
+    disk_done.set()
+    _signal_tree(proc.pid, signal.SIGKILL, spare)  # leftovers (setsid, double fork) must not keep writing
     os.close(fifo_keep)
     rx_thread.join(timeout=5)
     out_thread.join(timeout=5)
     fifo_thread.join(timeout=5)
+    disk_thread.join(timeout=5)
+    capped.close()
     shutil.rmtree(fifo_dir, ignore_errors=True)
     log.close()
+    used = disk_usage(disk_paths)
     frozen_after = hash_manifest(manifest, cwd)
+    if own_scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
 
     rc = proc.returncode
     sig = -rc if rc < 0 else None
+    if bwrap and sig is None and 128 < rc < 128 + 65:
+        sig = rc - 128  # bwrap reports a signalled job as 128+signal (a job's own exit(129..192) reads the same)
     exit_status = 128 + sig if sig else rc
     with st.lock:
         receipt: dict[str, Any] = {
@@ -283,6 +490,14 @@ def run_wrapped(opts: ExecOptions) -> int:
                 "timed_out": timed_out,
                 "wall_s": round(wall_s, 6),
                 "started_at": started_at,
+                "clock": {"start_unix": round(start_unix, 6), "end_unix": round(end_unix, 6)},
+                "isolation": iso,
+                "limits": {
+                    "max_receipt_lines": st.max_lines, "max_receipt_bytes": st.max_bytes,
+                    "receipt_lines_dropped": st.lines_dropped, "receipt_bytes_dropped": st.bytes_dropped,
+                    "log_bytes_dropped": capped.dropped, "disk_limit_bytes": disk_limit,
+                    "disk_used_bytes": max(used, st.disk_used or 0), "disk_exceeded": st.disk_exceeded,
+                },
                 "oom": st.oom,
                 "errors": list(st.errors),
                 "bad_lines": st.bad_lines,
@@ -303,26 +518,38 @@ def run_wrapped(opts: ExecOptions) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m infrarsi.verifier.exec`` argument parser."""
-    p = argparse.ArgumentParser(prog="python -m infrarsi.verifier.exec", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -I -m infrarsi.verifier.exec", description=__doc__.splitlines()[0])
     p.add_argument("--trial-id", default="")
-    p.add_argument("--out", default=".", help="directory for receipt.json and job.log")
+    p.add_argument("--out", default=".", help="directory for receipt.json and job.log (never visible to the job)")
     p.add_argument("--key-file")
     p.add_argument("--timeout", type=float)
     p.add_argument("--frozen-manifest")
     p.add_argument("--memory-cap-gib", type=float)
-    p.add_argument("--cwd")
+    p.add_argument("--cwd", help="the job's working directory (inside --src; default: the current one)")
+    p.add_argument("--src", help="the job's read-write source tree (default: --cwd)")
+    p.add_argument("--scratch", help="the job's read-write scratch folder: HOME, TMPDIR, caches (default: temporary)")
+    p.add_argument("--isolation", default="bwrap", choices=sandbox.ISOLATION_MODES)
+    p.add_argument("--pass-env", action="append", default=[],
+                   help="comma-separated variable names passed to the job besides the allow-list")
+    p.add_argument("--max-updates", type=int, help="expected updates: receipt lines beyond N+16 are dropped")
+    p.add_argument("--disk-limit-gib", type=float, help="kill the job when src + scratch exceed this")
+    p.add_argument("--log-keep-mib", type=float, default=DEFAULT_LOG_KEEP / (1 << 20),
+                   help="job.log and the echo keep the first and last this many MiB")
     p.add_argument("--quiet", action="store_true", help="do not echo the job's output")
     p.add_argument("cmd", nargs=argparse.REMAINDER)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m infrarsi.verifier.exec``; returns the child's exit status (2 on bad input)."""
+    """Entry point of ``python -I -m infrarsi.verifier.exec``; returns the child's exit status (2 on bad input)."""
     ns = build_parser().parse_args(argv)
     cmd = ns.cmd[1:] if ns.cmd[:1] == ["--"] else ns.cmd
+    names = [n for item in ns.pass_env for n in item.split(",") if n]
     opts = ExecOptions(argv=cmd, out_dir=Path(ns.out), trial_id=ns.trial_id, key_file=ns.key_file,
                        timeout_s=ns.timeout, frozen_manifest=ns.frozen_manifest,
-                       memory_cap_gib=ns.memory_cap_gib, cwd=ns.cwd, echo=not ns.quiet)
+                       memory_cap_gib=ns.memory_cap_gib, cwd=ns.cwd, echo=not ns.quiet, isolation=ns.isolation,
+                       src=ns.src, scratch=ns.scratch, pass_env=names, max_updates=ns.max_updates,
+                       disk_limit_gib=ns.disk_limit_gib, log_keep_bytes=int(ns.log_keep_mib * (1 << 20)))
     try:
         return run_wrapped(opts)
     except WrapperError as exc:

@@ -109,18 +109,31 @@ def test_signal_gives_128_plus_signal(tmp_path):
     assert rec["wrapper"]["signal"] == 9 and rec["wrapper"]["exit_code"] is None
 
 
+def _alive_with(marker: str) -> list[int]:
+    """Pids (in this PID namespace) whose command line contains ``marker``, zombies excluded."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if marker.encode() in (d / "cmdline").read_bytes() and (d / "stat").read_text().split(") ")[-1][0] != "Z":
+                pids.append(int(d.name))
+        except OSError:
+            pass
+    return pids
+
+
 def test_timeout_kills_the_process_group(tmp_path):
-    proc, rec, out = wrap(tmp_path, """
+    marker = f"infrarsi-timeout-{os.getpid()}-{tmp_path.name}"
+    proc, rec, out = wrap(tmp_path, f"""
 import subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
-open("grandchild.pid", "w").write(str(child.pid))
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "{marker}"])
 time.sleep(300)
 """, "--timeout", "2")
     w = rec["wrapper"]
     assert w["timed_out"] is True and w["signal"] == 15 and proc.returncode == 128 + 15
     assert w["wall_s"] < 30
-    gpid = int((tmp_path / "grandchild.pid").read_text())
-    assert not Path(f"/proc/{gpid}").exists() or "Z" in Path(f"/proc/{gpid}/stat").read_text().split()[2]
+    assert _alive_with(marker) == []
 
 
 def test_error_lines_and_oom_sizes_are_recorded(tmp_path):
