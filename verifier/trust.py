@@ -57,7 +57,8 @@ def limits_problem(trial: Receipt, spec: JudgeSpec) -> str | None:
     lines_dropped, bytes_dropped = _int(lim.get("receipt_lines_dropped")), _int(lim.get("receipt_bytes_dropped"))
     if lines_dropped:
         cap = lim.get("max_receipt_lines")
-        return (f"receipt over its limit: {n + lines_dropped} receipt lines for {spec.updates} updates "
+        kept = n + (trial.header is not None) + (trial.footer is not None) + _int(w.get("bad_lines"))
+        return (f"receipt over its limit: {kept + lines_dropped} receipt lines for {spec.updates} updates "
                 f"({lines_dropped} dropped at the wrapper's cap{f' of {cap}' if cap is not None else ''})")
     if bytes_dropped:
         cap = lim.get("max_receipt_bytes")
