@@ -1,9 +1,13 @@
 """``infrarsi serve``: the long-lived controller that advances every open campaign.
 
-Only one daemon acts on a database at a time (:meth:`Store.leader_lock`: a PostgreSQL advisory lock, or a file
-lock beside the SQLite database); others stand by and take over when the leader dies.  Each cycle ticks every
-non-terminal campaign through the same :class:`CampaignEngine` the embedded mode uses.  Logs are JSON lines;
-metrics are served in Prometheus text format.
+Only one daemon acts on a database at a time: the leader holds a lease row with a fencing token
+(:mod:`infrarsi.controller.store.lease`), renewed by a heartbeat thread; others stand by and take the lease once
+it expires.  While leading, the store refuses every write (and the engine every job submission) once a newer
+token exists, and the daemon that gets fenced logs one line and goes back to standby.  Each cycle ticks every
+non-terminal campaign through the same :class:`CampaignEngine` the embedded mode uses; a fault while ticking
+one campaign stays in that campaign (bounded retries with backoff, then the campaign is failed with a one-line
+reason), while transient faults (database or executor briefly unreachable) are retried without failing
+anything.  Logs are JSON lines; metrics are served in Prometheus text format.
 """
 
 from __future__ import annotations
@@ -13,12 +17,15 @@ import logging
 import signal
 import threading
 import time
+import traceback
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from infrarsi.controller.campaign.engine import CampaignEngine
 from infrarsi.controller.errors import ExecutorError, StoreError
-from infrarsi.controller.store.base import Store
+from infrarsi.controller.store.base import FencedError, Store
+from infrarsi.controller.store.lease import Heartbeat, LeaseConfig
 from infrarsi.controller.store.records import TERMINAL_STATES, CAMPAIGN_STATES
 
 log = logging.getLogger("infrarsi.daemon")
@@ -44,8 +51,11 @@ class Metrics:
         self.values: dict[str, float] = {"infrarsi_ticks_total": 0, "infrarsi_tick_errors_total": 0,
                                          "infrarsi_live_trials": 0, "infrarsi_queue_depth": 0,
                                          "infrarsi_poll_seconds": 0.0, "infrarsi_ingest_latency_seconds": 0.0,
-                                         "infrarsi_leader": 0}
+                                         "infrarsi_leader": 0, "infrarsi_leader_token": 0,
+                                         "infrarsi_campaign_faults_total": 0}
         self.campaigns: dict[str, int] = {}
+        #: the lease holder as last seen (this daemon when leading, the row's holder when standing by)
+        self.leader_holder = ""
 
     def set(self, name: str, value: float) -> None:
         with self.lock:
@@ -61,6 +71,9 @@ class Metrics:
             for k, v in sorted(self.values.items()):
                 kind = "counter" if k.endswith("_total") else "gauge"
                 lines += [f"# TYPE {k} {kind}", f"{k} {v}"]
+            holder = self.leader_holder.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+            lines += ["# TYPE infrarsi_leader_info gauge",
+                      f'infrarsi_leader_info{{holder="{holder}",token="{int(self.values["infrarsi_leader_token"])}"}} 1']
             lines.append("# TYPE infrarsi_campaigns gauge")
             for state in CAMPAIGN_STATES:
                 lines.append(f'infrarsi_campaigns{{state="{state}"}} {self.campaigns.get(state, 0)}')
@@ -90,32 +103,77 @@ def serve_metrics(metrics: Metrics, port: int, host: str = "127.0.0.1") -> Threa
     return server
 
 
-class Daemon:
-    """Tick every open campaign every ``interval_s`` seconds while holding the leader lock."""
+def one_line_reason(exc: BaseException, limit: int = 300) -> str:
+    """``Type: first line of the message (at file:line in function)``, at most ``limit`` characters."""
+    lines = str(exc).strip().splitlines()
+    msg = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ is not None else []
+    if frames:
+        f = frames[-1]
+        msg += f" (at {f.filename.rsplit('/', 1)[-1]}:{f.lineno} in {f.name})"
+    return msg if len(msg) <= limit else msg[: limit - 3] + "..."
 
-    def __init__(self, store: Store, engine: CampaignEngine, interval_s: float = 5.0, metrics: Metrics | None = None):
+
+@dataclass
+class _Fault:
+    attempts: int
+    retry_at: int  # cycle number from which the campaign is ticked again
+    reason: str
+
+
+class Daemon:
+    """Tick every open campaign every ``interval_s`` seconds while holding the leader lease.
+
+    ``lease_s``/``renew_s`` default to :class:`LeaseConfig` (``INFRARSI_LEASE_S``, ``INFRARSI_LEASE_RENEW_S``).
+    A campaign whose tick raises anything but a store/executor outage is retried after 1, 2, 4, ... cycles;
+    after ``retries`` retries it is marked ``failed`` with the one-line reason (in its row and in a
+    ``campaign.fault`` event).  Retry counts live in memory: a restarted daemon starts counting afresh."""
+
+    def __init__(self, store: Store, engine: CampaignEngine, interval_s: float = 5.0, metrics: Metrics | None = None,
+                 lease_s: float | None = None, renew_s: float | None = None, retries: int = 3,
+                 lease_name: str = "daemon"):
+        cfg = LeaseConfig.from_env()
         self.store = store
         self.engine = engine
         self.interval_s = interval_s
         self.metrics = metrics or Metrics()
+        self.lease = store.lease(lease_name, lease_s=lease_s or cfg.lease_s)
+        self.renew_s = renew_s or min(cfg.renew_s, (lease_s or cfg.lease_s) / 3)
+        self.retries = retries
+        self._faults: dict[int, _Fault] = {}
+        self._cycle_no = 0
         self._stop = threading.Event()
 
     def stop(self, *_: Any) -> None:
         self._stop.set()
 
+    # ------------------------------------------------------------------ one cycle
     def cycle(self) -> int:
-        """One pass over open campaigns; returns how many are still open."""
+        """One pass over open campaigns; returns how many are still open.
+
+        FencedError (this daemon is no longer leader) and StoreError from the daemon's own queries propagate;
+        every other fault is confined to the campaign it happened in."""
         t_start = time.monotonic()
+        self._cycle_no += 1
         open_campaigns = self.store.list_campaigns([s for s in CAMPAIGN_STATES if s not in TERMINAL_STATES])
         draining = {t.campaign_id for t in self.store.live_trials()} - {c.id for c in open_campaigns}
         for c in open_campaigns + [self.store.get_campaign(cid) for cid in sorted(draining)]:
+            fault = self._faults.get(c.id)
+            if fault is not None and self._cycle_no < fault.retry_at:
+                continue  # backing off
             t0 = time.monotonic()
             try:
                 after = self.engine.tick(c.id)
-            except (StoreError, ExecutorError) as exc:
+            except FencedError:
+                raise
+            except (StoreError, ExecutorError) as exc:  # transient: retried next cycle, nothing is failed
                 self.metrics.inc("infrarsi_tick_errors_total")
                 log.warning("tick failed; will retry", extra={"x_campaign": c.id, "x_error": str(exc)})
                 continue
+            except Exception as exc:  # noqa: BLE001 - a fault stays inside its campaign
+                self._fault(c.id, c.terminal, exc)
+                continue
+            self._faults.pop(c.id, None)
             if after.state != c.state:
                 log.info("campaign state", extra={"x_campaign": c.id, "x_from": c.state, "x_to": after.state})
             self.metrics.set("infrarsi_ingest_latency_seconds", time.monotonic() - t0)
@@ -130,29 +188,107 @@ class Daemon:
         self.metrics.campaigns = counts
         return len(open_campaigns) + len(draining)
 
+    def _fault(self, campaign_id: int, terminal: bool, exc: BaseException) -> None:
+        """Record one failed tick of a campaign; fail the campaign once its retries are used up."""
+        reason = one_line_reason(exc)
+        prev = self._faults.get(campaign_id)
+        attempt = (prev.attempts if prev else 0) + 1
+        self.metrics.inc("infrarsi_tick_errors_total")
+        self.metrics.inc("infrarsi_campaign_faults_total")
+        self.store.add_event("campaign.fault", {"attempt": attempt, "reason": reason}, campaign_id=campaign_id)
+        if attempt <= self.retries or terminal:
+            backoff = 2 ** min(attempt - 1, self.retries)  # 1, 2, 4, ... cycles (capped while draining)
+            self._faults[campaign_id] = _Fault(attempt, self._cycle_no + backoff, reason)
+            log.warning("campaign tick failed; retrying", extra={"x_campaign": campaign_id, "x_attempt": attempt,
+                                                                 "x_retry_in_cycles": backoff, "x_error": reason})
+            return
+        self._faults.pop(campaign_id, None)
+        error = f"daemon gave up after {attempt} failed ticks: {reason}"
+        self.store.update_campaign(campaign_id, state="failed", error=error)
+        log.error("campaign failed", extra={"x_campaign": campaign_id, "x_error": error})
+
+    # ------------------------------------------------------------------ leadership
     def run(self, once: bool = False, exit_when_idle: bool = False) -> None:
         """Run until stopped (SIGTERM/SIGINT), after one cycle (``once``), or when no campaign is open."""
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self.stop)
             signal.signal(signal.SIGINT, self.stop)
-        while not self._stop.is_set():
-            with self.store.leader_lock() as leader:
-                if not leader:
-                    self.metrics.set("infrarsi_leader", 0)
-                    log.info("another daemon holds the leader lock; standing by")
+        standing_by = False
+        try:
+            while not self._stop.is_set():
+                try:
+                    got = self.lease.acquire()
+                except StoreError as exc:
+                    log.error("database unavailable", extra={"x_error": str(exc)})
+                    self._stop.wait(self.interval_s)
+                    continue
+                if not got:
+                    self._standby_metrics()
+                    if not standing_by:
+                        log.info("another daemon holds the leader lease; standing by",
+                                 extra={"x_holder": self.metrics.leader_holder})
+                        standing_by = True
                     if once:
                         return
                     self._stop.wait(self.interval_s)
                     continue
-                self.metrics.set("infrarsi_leader", 1)
-                log.info("acting as leader")
-                while not self._stop.is_set():
+                standing_by = False
+                if self._lead(once, exit_when_idle):
+                    return
+        finally:
+            self.lease.release()
+            self.metrics.set("infrarsi_leader", 0)
+
+    def _standby_metrics(self) -> None:
+        self.metrics.set("infrarsi_leader", 0)
+        try:
+            info = self.store.lease_info(self.lease.name)
+        except StoreError:
+            return
+        if info is not None:
+            self.metrics.leader_holder = info.holder or ""
+            self.metrics.set("infrarsi_leader_token", info.token)
+
+    def _lead(self, once: bool, exit_when_idle: bool) -> bool:
+        """Act while the lease is ours.  True: done (``once``/idle/stopped); False: fenced, back to standby."""
+        self.metrics.set("infrarsi_leader", 1)
+        self.metrics.set("infrarsi_leader_token", self.lease.token or 0)
+        self.metrics.leader_holder = self.lease.holder
+        log.info("acting as leader", extra={"x_holder": self.lease.holder, "x_token": self.lease.token})
+        self.store.set_fence(self.lease)
+        beat = Heartbeat(self.lease, self.renew_s,
+                         on_error=lambda e: log.warning("lease renewal failed", extra={"x_error": e})).start()
+        try:
+            while not self._stop.is_set():
+                if beat.lost.is_set():
+                    raise FencedError(f"lease '{self.lease.name}' was taken over by another daemon")
+                if not self.lease.valid():  # the heartbeat could not renew (database gone): renew or stop acting
                     try:
-                        n_open = self.cycle()
+                        if not self.lease.renew():
+                            raise FencedError(f"lease '{self.lease.name}' expired and was taken over")
+                    except FencedError:
+                        raise
                     except StoreError as exc:
-                        log.error("database unavailable", extra={"x_error": str(exc)})
+                        log.error("database unavailable; not acting until the lease is renewed",
+                                  extra={"x_error": str(exc)})
                         self._stop.wait(self.interval_s)
                         continue
-                    if once or (exit_when_idle and n_open == 0):
-                        return
+                try:
+                    n_open = self.cycle()
+                except FencedError:
+                    raise
+                except StoreError as exc:
+                    log.error("database unavailable", extra={"x_error": str(exc)})
                     self._stop.wait(self.interval_s)
+                    continue
+                if once or (exit_when_idle and n_open == 0):
+                    return True
+                self._stop.wait(self.interval_s)
+            return True
+        except FencedError as exc:
+            log.warning(f"fenced: {exc}; standing by", extra={"x_token": self.metrics.values["infrarsi_leader_token"]})
+            self.metrics.set("infrarsi_leader", 0)
+            return False
+        finally:
+            beat.stop()
+            self.store.set_fence(None)

@@ -235,6 +235,7 @@ class CampaignEngine:
                 return
             spec: TrialSpec = build_spec(contract, scope, config, t.trial_key, workdir, out,
                                          self.settings.master_key(), t.partition)
+            self.store.check_fence()  # a daemon whose lease was taken over must not launch (no-op when embedded)
             handle = ex.submit(spec)
             crash_point("after_submit")
         self.store.mark_submitted(t.id, handle.job_id, handle.submit_time)

@@ -12,17 +12,58 @@ Contract for implementations (the SQL one in :mod:`infrarsi.controller.store.sql
   asks the executor whether the job exists (adoption) or submits it again under the same trial key.
 - The ``events`` table is append-only (enforced by a database trigger).
 - Unreachable databases raise :class:`infrarsi.controller.errors.StoreError` with a one-line message.
+- Leadership (the daemon): :meth:`Store.lease` returns a :class:`LeaderLease` (a row with an expiry and a fencing
+  token, see :mod:`infrarsi.controller.store.lease`).  After :meth:`Store.set_fence`, every write transaction of
+  this store checks that lease's token before it commits and raises :class:`FencedError` (nothing written) once a
+  newer token exists or the lease expired locally; :meth:`Store.check_fence` does the same check before a side
+  effect outside the database.  Without a fence (``infrarsi run``, the CLI) writes are not checked.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from contextlib import AbstractContextManager
 from typing import Any, Sequence
 
+from infrarsi.controller.errors import StoreError
 from infrarsi.controller.store.records import (
-    CampaignRecord, Ingest, ObservationRecord, StoredReceipt, TrialRecord, VerdictItem, WorkloadRecord,
+    CampaignRecord, LeaseRecord, Ingest, ObservationRecord, StoredReceipt, TrialRecord, VerdictItem, WorkloadRecord,
 )
+
+
+class FencedError(StoreError):
+    """This process's leader lease was taken over or expired: the write was refused (one-line message)."""
+
+
+class LeaderLease(ABC):
+    """A named lease with a fencing token (contract in :mod:`infrarsi.controller.store.lease`)."""
+
+    name: str
+    holder: str
+
+    @property
+    @abstractmethod
+    def token(self) -> int | None:
+        """The fencing token while held (None when not held)."""
+
+    @abstractmethod
+    def acquire(self) -> bool:
+        """Take the lease when free or expired (or renew it when held); True when held now."""
+
+    @abstractmethod
+    def renew(self) -> bool:
+        """Extend the lease; False when superseded by another holder."""
+
+    @abstractmethod
+    def release(self) -> None:
+        """Give the lease up now (best effort, never raises)."""
+
+    @abstractmethod
+    def valid(self) -> bool:
+        """Held and not expired by the local monotonic clock."""
+
+    @abstractmethod
+    def check(self) -> None:
+        """FencedError unless this holder's token is still the current one and the lease has not expired."""
 
 
 class Store(ABC):
@@ -147,5 +188,17 @@ class Store(ABC):
 
     # coordination -----------------------------------------------------------
     @abstractmethod
-    def leader_lock(self, name: str = "infrarsi-daemon") -> AbstractContextManager[bool]:
-        """A context manager that tries to become the only acting daemon; yields True when acquired."""
+    def lease(self, name: str = "daemon", holder: str | None = None, lease_s: float = 15.0) -> LeaderLease:
+        """A lease handle for ``name`` (nothing is taken until :meth:`LeaderLease.acquire`)."""
+
+    @abstractmethod
+    def lease_info(self, name: str = "daemon") -> LeaseRecord | None:
+        """The lease row as stored (None when never taken)."""
+
+    @abstractmethod
+    def set_fence(self, lease: LeaderLease | None) -> None:
+        """From now on refuse every write transaction unless ``lease`` is current (None: stop checking)."""
+
+    @abstractmethod
+    def check_fence(self) -> None:
+        """FencedError when a fence is set and its lease is no longer current; a no-op without a fence."""

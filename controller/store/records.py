@@ -143,3 +143,18 @@ class StoredReceipt:
     raw: bytes
     reference_raw: list[bytes]
     judge_spec: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """The leader lease row as the database sees it now (``db_now`` is the database clock, unix seconds)."""
+
+    name: str
+    holder: str | None
+    token: int
+    expires_at: float
+    db_now: float
+
+    @property
+    def held(self) -> bool:
+        return self.holder is not None and self.expires_at > self.db_now

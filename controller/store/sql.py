@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
-import zlib
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -18,10 +15,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from infrarsi.controller.errors import StoreError
 from infrarsi.controller.faults import crash_point
 from infrarsi.controller.store import models as m
-from infrarsi.controller.store.base import Store
+from infrarsi.controller.store.base import LeaderLease, Store
+from infrarsi.controller.store.lease import LeaseConfig, SqlLease, read_lease
 from infrarsi.controller.store.migrate import current_revision, head_revision, safe_url, upgrade
 from infrarsi.controller.store.records import (
-    CampaignRecord, Ingest, ObservationRecord, StoredReceipt, TrialRecord, VerdictItem, WorkloadRecord,
+    CampaignRecord, Ingest, LeaseRecord, ObservationRecord, StoredReceipt, TrialRecord, VerdictItem, WorkloadRecord,
 )
 
 FINOPS_VIEWS = {
@@ -29,7 +27,6 @@ FINOPS_VIEWS = {
     "campaign_cost": "finops_campaign_cost",
     "cost_per_pct": "finops_cost_per_verified_pct",
 }
-_ADVISORY_KEY = 0x1F7A_5E1  # pg_advisory_lock key space for infrarsi
 
 
 def _one_line(exc: BaseException) -> str:
@@ -54,7 +51,11 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+    # a session left idle inside a transaction (a SIGSTOPped daemon) would hold its row locks -- the lease row's
+    # FOR SHARE included -- forever: PostgreSQL ends it once it outlives a lease
+    idle_ms = int(LeaseConfig.from_env().lease_s * 1000)
+    return create_engine(url, pool_pre_ping=True, connect_args={
+        "connect_timeout": 10, "options": f"-c idle_in_transaction_session_timeout={idle_ms}"})
 
 
 def _snap(cls: type, row: Any, **renames: str) -> Any:
@@ -84,6 +85,11 @@ class SqlStore(Store):
         self.url = url
         self.engine = engine or make_engine(url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._fence: SqlLease | None = None
+
+        @event.listens_for(self._sessions, "after_flush")
+        def _wrote(session: Session, _ctx: Any) -> None:
+            session.info["wrote"] = True
 
     @property
     def dialect(self) -> str:
@@ -94,6 +100,11 @@ class SqlStore(Store):
         try:
             with self._sessions.begin() as session:
                 yield session
+                fence = self._fence
+                if fence is not None:
+                    session.flush()
+                    if session.info.get("wrote"):
+                        fence.fence(session.connection())  # FencedError rolls the whole transaction back
         except OperationalError as exc:
             raise StoreError(f"database {safe_url(self.url)} failed: {_one_line(exc)}") from None
         except DBAPIError as exc:
@@ -359,37 +370,24 @@ class SqlStore(Store):
                      "campaign_id": e.campaign_id} for e in s.scalars(q)]
 
     # coordination ------------------------------------------------------------
-    @contextlib.contextmanager
-    def leader_lock(self, name: str = "infrarsi-daemon") -> Iterator[bool]:
-        """PostgreSQL: a session-level advisory lock held on a dedicated connection.  SQLite: flock on a file
-        beside the database.  Yields True when this process is the leader; released on exit or process death."""
-        if self.dialect == "postgresql":
-            conn = self.engine.connect()
-            try:
-                key = _ADVISORY_KEY ^ (zlib.crc32(name.encode()) & 0xFFFF)  # stable across processes
-                got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar())
-                conn.commit()
-                try:
-                    yield got
-                finally:
-                    if got:
-                        conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-                        conn.commit()
-            finally:
-                conn.close()
-            return
-        db_path = self.url[len("sqlite:///"):] if self.url.startswith("sqlite:///") else ":memory:"
-        lock_path = Path(db_path + f".{name}.lock") if db_path != ":memory:" else Path(f"/tmp/{name}.lock")
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    def lease(self, name: str = "daemon", holder: str | None = None, lease_s: float = 15.0) -> SqlLease:
+        return SqlLease(self.engine, name=name, holder=holder, lease_s=lease_s)
+
+    def lease_info(self, name: str = "daemon") -> LeaseRecord | None:
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                got = True
-            except BlockingIOError:
-                got = False
-            yield got
-        finally:
-            os.close(fd)
+            return read_lease(self.engine, name)
+        except OperationalError as exc:
+            raise StoreError(f"database {safe_url(self.url)} failed: {_one_line(exc)}") from None
+
+    def set_fence(self, lease: LeaderLease | None) -> None:
+        if lease is not None and not isinstance(lease, SqlLease):
+            raise TypeError("SqlStore fences only with its own SqlLease")
+        self._fence = lease
+
+    def check_fence(self) -> None:
+        fence = self._fence
+        if fence is not None:
+            fence.check()
 
 
 def open_store(url: str | None = None, auto_upgrade: bool | None = None) -> SqlStore:

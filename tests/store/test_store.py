@@ -1,10 +1,13 @@
-"""The SQL store on SQLite and PostgreSQL: round-trips, ingestion atomicity, finops views, leader lock."""
+"""The SQL store on SQLite and PostgreSQL: round-trips, ingestion atomicity, finops views, leader lease."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
 from infrarsi.controller.store import open_store
+from infrarsi.controller.store.base import FencedError
 from infrarsi.controller.store.records import Ingest, VerdictItem
 
 
@@ -108,11 +111,62 @@ def test_finops_views_match_hand_computation(store) -> None:
     assert per["b"]["gpu_hours_per_pct"] is None  # 1.00x: no verified percent to divide by
 
 
-def test_leader_lock_is_exclusive(any_url: str) -> None:
+def test_lease_is_exclusive_and_tokens_increase(any_url: str) -> None:
     s1, s2 = open_store(any_url, auto_upgrade=True), open_store(any_url, auto_upgrade=True)
-    with s1.leader_lock() as first:
-        assert first is True
-        with s2.leader_lock() as second:
-            assert second is False
-    with s2.leader_lock() as again:
-        assert again is True
+    a, b = s1.lease(lease_s=30), s2.lease(lease_s=30)
+    assert a.acquire() and a.token == 1 and a.valid()
+    assert not b.acquire() and b.token is None
+    assert a.acquire() and a.token == 1  # holding it already: a renewal, same token
+    info = s2.lease_info()
+    assert info is not None and info.holder == a.holder and info.token == 1 and info.held
+    a.release()
+    assert b.acquire() and b.token == 2  # a released lease is free at once; the token only grows
+    assert not a.renew() and not a.valid()
+
+
+def test_expired_lease_is_taken_over_and_old_writes_are_fenced(any_url: str) -> None:
+    s1, s2 = open_store(any_url, auto_upgrade=True), open_store(any_url, auto_upgrade=True)
+    cid = _campaign(s1).id
+    old = s1.lease(lease_s=0.3)
+    assert old.acquire()
+    s1.set_fence(old)
+    s1.add_event("written.by.old", campaign_id=cid)  # current token: accepted
+    deadline = time.monotonic() + 10
+    new = s2.lease(lease_s=30)
+    while not new.acquire():  # the database clock decides when the old lease expired
+        assert time.monotonic() < deadline, "the expired lease was never taken over"
+        time.sleep(0.05)
+    assert new.token == old.token + 1  # type: ignore[operator]
+    n_events = len(s2.events(cid))
+    for write in (lambda: s1.add_event("late", campaign_id=cid), lambda: s1.update_campaign(cid, state="failed"),
+                  lambda: _trial(s1, cid, "late")):
+        with pytest.raises(FencedError) as info:
+            write()
+        assert "\n" not in str(info.value) and "refusing to write" in str(info.value)
+    with pytest.raises(FencedError):
+        s1.check_fence()
+    assert len(s2.events(cid)) == n_events and s2.get_campaign(cid).state == "init"
+    assert s2.list_trials(cid) == []
+    assert s1.get_campaign(cid).state == "init"  # reads are never fenced
+    s2.set_fence(new)
+    s2.add_event("written.by.new", campaign_id=cid)  # the new leader writes
+    s1.set_fence(None)
+    s1.add_event("unfenced", campaign_id=cid)  # a store without a fence (the CLI) is not checked
+
+
+def test_lease_config_from_env_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from infrarsi.controller.errors import StoreError
+    from infrarsi.controller.store.lease import LeaseConfig, grant_sql
+
+    monkeypatch.setenv("INFRARSI_LEASE_S", "abc")
+    with pytest.raises(StoreError, match="INFRARSI_LEASE_S='abc' is not a number"):
+        LeaseConfig.from_env()
+    monkeypatch.setenv("INFRARSI_LEASE_S", "4")
+    monkeypatch.setenv("INFRARSI_LEASE_RENEW_S", "4")
+    with pytest.raises(StoreError, match="must be below"):
+        LeaseConfig.from_env()
+    monkeypatch.setenv("INFRARSI_LEASE_RENEW_S", "1")
+    assert LeaseConfig.from_env() == LeaseConfig(4.0, 1.0)
+    assert grant_sql("infrarsi_daemon") == 'GRANT SELECT, INSERT, UPDATE ON TABLE public.leader_lease TO "infrarsi_daemon"'
+    with pytest.raises(StoreError):
+        grant_sql('x"; DROP TABLE trials; --')
