@@ -2,10 +2,11 @@
 
 ``infrarsi exec [options] -- CMD ...``: the exec wrapper (see :mod:`infrarsi.verifier.exec`).
 
-``infrarsi verify RECEIPT --reference REF [...] --key-file K --trial-id ID [spec]``:
-judge one receipt and print the verdict table (exit 0 accepted, 1 rejected).
-``infrarsi verify --rejudge CAMPAIGN``: re-judge every stored receipt of a campaign and
-print counts by first failed layer and by invariant.
+``infrarsi verify RECEIPT --reference REF [...] --key-file K --trial-id ID [spec] [--executor-window S:E]``:
+judge one receipt against the 17 invariants and print the verdict table (exit 0 accepted, 1 rejected).
+``infrarsi verify --rejudge CAMPAIGN``: re-judge every stored receipt of a campaign (with the executor's
+stored start/end times, so ``executor_clock`` is re-checked) and print counts by first failed layer and by
+invariant.
 ``infrarsi verify matrix [--jobs N] [--json]``: run the receipt matrix.
 
 User errors print ``infrarsi: error: <one line>`` and exit 2 (this package does not
@@ -83,6 +84,19 @@ def _parse_window(text: str | None) -> tuple[int, int] | None:
         raise VerifyUsageError(f"--window {text!r}: expected START:END (1-based, inclusive)") from None
 
 
+def _parse_executor_window(text: str | None) -> tuple[float, float] | None:
+    """``START:END`` unix seconds as the executor saw the trial run (``--executor-window``)."""
+    if text is None:
+        return None
+    try:
+        a, b = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise VerifyUsageError(f"--executor-window {text!r}: expected START:END in unix seconds") from None
+    if not b >= a:
+        raise VerifyUsageError(f"--executor-window {text!r}: END must not be before START")
+    return a, b
+
+
 def spec_from_contract(path: str) -> dict[str, Any]:
     """Judge-spec fields from an ``infrarsi.yaml`` contract (read as plain YAML; frozen files hashed next to it)."""
     import hashlib
@@ -127,6 +141,16 @@ def _read_master_key(key_file: str | None) -> bytes:
         return signing.read_key_file(key_file)
     except (OSError, ValueError) as exc:
         raise VerifyUsageError(f"--key-file {key_file}: {exc}") from None
+
+
+def _read_receipt_file(path: str) -> tuple[bytes | None, int]:
+    """(bytes or None when over the cap, size): never reads more than the receipt cap + 1 bytes."""
+    from infrarsi.verifier.receipt import ReceiptError, read_capped
+
+    try:
+        return read_capped(path)
+    except ReceiptError as exc:
+        raise VerifyUsageError(str(exc)) from None
 
 
 class _VerifyGroup(click.Group):
@@ -183,17 +207,19 @@ def verify_cmd(ctx: click.Context, campaign: int | None, rejudge_key: str | None
 @click.option("--memory-cap-gib", type=float)
 @click.option("--precision-menu", help="Comma-separated, e.g. fp32,bf16.")
 @click.option("--equivalent-data-order", is_flag=True, default=None)
+@click.option("--executor-window", help="START:END unix seconds the executor saw the trial run (executor_clock).")
 @click.option("--json", "as_json", is_flag=True)
 def verify_receipt(receipt_path: str, references: tuple[str, ...], key_file: str | None, trial_id: str,
                    contract: str | None, spec_file: str | None, updates: int | None, window: str | None,
                    tau: float | None, tokens_per_update: int | None, seq_len: int | None,
                    memory_cap_gib: float | None, precision_menu: str | None, equivalent_data_order: bool | None,
-                   as_json: bool) -> None:
+                   executor_window: str | None, as_json: bool) -> None:
     """Judge RECEIPT against the reference receipts; exit 0 when accepted, 1 when rejected."""
     from infrarsi.verifier.judge import judge_raw
-    from infrarsi.verifier.receipt import ReceiptError
+    from infrarsi.verifier.receipt import MAX_RECEIPT_BYTES, ReceiptError, oversized_marker, oversized_message
 
     master = _read_master_key(key_file)
+    exec_window = _parse_executor_window(executor_window)
     d: dict[str, Any] = {}
     if contract:
         d.update(spec_from_contract(contract))
@@ -213,13 +239,15 @@ def verify_receipt(receipt_path: str, references: tuple[str, ...], key_file: str
         spec = JudgeSpec.from_dict(d)
     except SpecError as exc:
         raise VerifyUsageError(str(exc)) from None
+    raws: list[bytes] = []
+    for i, path in enumerate((receipt_path, *references)):
+        got, size = _read_receipt_file(path)
+        if got is None and i > 0:
+            raise VerifyUsageError(f"reference receipt {path}: {oversized_message(size, MAX_RECEIPT_BYTES)}")
+        raws.append(got if got is not None else oversized_marker(size, MAX_RECEIPT_BYTES))
+    raw, ref_raws = raws[0], raws[1:]
     try:
-        raw = Path(receipt_path).read_bytes()
-        ref_raws = [Path(r).read_bytes() for r in references]
-    except OSError as exc:
-        raise VerifyUsageError(f"{exc.filename}: cannot read ({exc.strerror})") from None
-    try:
-        verdict = judge_raw(raw, ref_raws, spec, master, trial_id)
+        verdict = judge_raw(raw, ref_raws, spec, master, trial_id, executor_window=exec_window)
     except ReceiptError as exc:
         raise VerifyUsageError(f"reference receipt: {exc}") from None
     click.echo(json.dumps(verdict.to_json(), indent=1) if as_json else format_verdict(verdict))

@@ -138,7 +138,8 @@ class RejudgeCounts:
         rows += [(layer, "(first failed layer)", "", str(firsts[layer])) for layer in LAYERS]
         width = [max(len(r[i]) for r in rows) for i in range(4)]
         lines = ["  ".join(c.ljust(width[i]) for i, c in enumerate(r)).rstrip() for r in rows]
-        lines.append(f"total {self.total}: {self.accepted} valid, {self.rejected} rejected")
+        lines.append(f"total {self.total}: {self.accepted} valid, {self.rejected} rejected "
+                     f"({len(INVARIANTS)} invariants and the L0 signature check)")
         return "\n".join(lines)
 
 

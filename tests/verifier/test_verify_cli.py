@@ -44,7 +44,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         kf = root / f"{name}.key"
         signing.write_key_file(str(kf), signing.derive_trial_key(MASTER, name))
         p = _infrarsi("exec", "--trial-id", name, "--out", str(root / name), "--key-file", str(kf), "--quiet", "--",
-                      sys.executable, str(root / "job.py"), scale)
+                      sys.executable, str(root / "job.py"), scale, cwd=root)   # the sandbox shows the job its cwd
         assert p.returncode == 0, p.stderr
         out[name] = root / name / "receipt.json"
     out["key"] = root / "master.key"
@@ -66,7 +66,7 @@ def test_verify_accepts_and_prints_the_table(runs):
     assert p.returncode == 0, p.stdout + p.stderr
     rows = p.stdout.splitlines()
     assert rows[0].split() == ["layer", "invariant", "status", "req", "reason"]
-    assert len(rows) == 1 + 16 + 1 and rows[-1] == "accepted"
+    assert len(rows) == 1 + 17 + 1 and rows[-1] == "accepted"
 
 
 def test_verify_rejects_naming_the_invariant(runs):
