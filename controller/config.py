@@ -30,6 +30,8 @@ class DaemonConfig(BaseModel):
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     scratch_dir: str | None = None
     partition_limits: dict[str, int] = Field(default_factory=dict)
+    #: ``bwrap`` (default) or ``none``: see infrarsi.controller.settings.isolation_mode
+    isolation: str | None = None
 
 
 @lru_cache(maxsize=4)

@@ -7,14 +7,44 @@
   default ``$INFRARSI_HOME/scratch``.
 - ``INFRARSI_KEY_FILE``: the controller's HMAC master key (created 0600 on first use); default
   ``$INFRARSI_HOME/signing.key``.  Training jobs never see it: each launch gets a derived per-trial key.
+- ``INFRARSI_ISOLATION``: ``bwrap`` (default: every job runs inside a bubblewrap sandbox, and the wrapper refuses
+  to start it when bubblewrap is unavailable) or ``none`` (explicit opt-out for a trusted single-user machine;
+  also ``isolation: none`` in the daemon config file).  ``none`` is reported loudly: a warning line on stderr and
+  ``wrapper.isolation.mode = "none"`` in every receipt.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from infrarsi.controller.errors import InfrarsiError
+
+ISOLATION_MODES = ("bwrap", "none")
+_warned_unisolated = False
+
+
+def isolation_mode() -> str:
+    """``INFRARSI_ISOLATION``, else the daemon config's ``isolation``, else ``bwrap``.  Raises InfrarsiError
+    (one line) for any other value.  Prints a warning line on stderr (once per process) when it is ``none``."""
+    global _warned_unisolated
+    mode = os.environ.get("INFRARSI_ISOLATION")
+    where = "INFRARSI_ISOLATION"
+    if not mode and os.environ.get("INFRARSI_CONFIG"):
+        from infrarsi.controller.config import daemon_config
+
+        mode, where = daemon_config().isolation, "isolation (INFRARSI_CONFIG)"
+    mode = (mode or "bwrap").strip().lower()
+    if mode not in ISOLATION_MODES:
+        raise InfrarsiError(f"{where}: {mode!r} is not one of {', '.join(ISOLATION_MODES)}")
+    if mode == "none" and not _warned_unisolated:
+        _warned_unisolated = True
+        print("infrarsi: warning: isolation is off (INFRARSI_ISOLATION=none): training jobs run unsandboxed and can "
+              "read this user's files; use only on a trusted single-user machine", file=sys.stderr, flush=True)
+    return mode
 
 
 def _default_home() -> Path:

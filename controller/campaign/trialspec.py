@@ -1,9 +1,13 @@
 """Build a trial's source tree and its :class:`TrialSpec` from the contract, the scope lock and a candidate.
 
-Each launch gets its own directory ``<campaign workdir>/trials/<key[:16]>/`` holding ``src/`` (a git worktree
-of the locked commit with the candidate's patches and config edits applied) and ``out/`` (receipt, log, the
-per-trial key file the wrapper deletes on start, the frozen manifest, and fresh compile caches so nothing leaks
-from one trial into the next).
+Each launch gets its own directory ``<campaign workdir>/trials/<key[:16]>/`` holding
+
+* ``src/``: the job's source tree (an export of the locked commit with the candidate's patches and config edits
+  applied, no ``.git`` link into the user's repository); read-write inside the sandbox, the job's cwd is in it;
+* ``scratch/``: read-write inside the sandbox: HOME, TMPDIR and fresh compile caches (nothing leaks from one trial
+  into the next);
+* ``out/``: trusted, never visible inside the sandbox: receipt, log, the per-trial key file the wrapper deletes
+  on start, the frozen manifest, executor records.
 """
 
 from __future__ import annotations
@@ -16,15 +20,24 @@ from typing import Any
 from infrarsi.controller.contract.launch import render_launch
 from infrarsi.controller.contract.model import Contract
 from infrarsi.controller.executors.base import TrialSpec
+from infrarsi.controller.settings import isolation_mode
 from infrarsi.verifier.signing import derive_trial_key
 
+#: set by the exec wrapper to folders inside ``scratch/cache`` (with HOME, TMPDIR, XDG_CACHE_HOME)
 CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+DISK_LIMIT_GIB = 20.0
 
 
 def trial_dirs(workdir: Path, trial_key: str) -> tuple[Path, Path]:
-    """``(src, out)`` directories of one launch, named by its trial key."""
+    """``(src, out)`` directories of one launch, named by its trial key (``scratch/`` is their sibling:
+    :func:`scratch_dir`)."""
     base = workdir / "trials" / trial_key[:16]
     return base / "src", base / "out"
+
+
+def scratch_dir(out: Path) -> Path:
+    """The launch's ``scratch/`` folder: the sibling of its ``out/``."""
+    return out.parent / "scratch"
 
 
 def write_key_file(out: Path, master_key: bytes, trial_key: str) -> Path:
@@ -41,15 +54,20 @@ def write_key_file(out: Path, master_key: bytes, trial_key: str) -> Path:
 
 def build_spec(contract: Contract, scope: dict[str, Any], config: dict[str, Any], trial_key: str, workdir: Path,
                out: Path, master_key: bytes, partition: str | None) -> TrialSpec:
-    """The TrialSpec for one launch (writes the key file and frozen manifest into ``out``)."""
+    """The TrialSpec for one launch (writes the key file and frozen manifest into ``out``, creates ``scratch/``).
+
+    ``workdir`` is the job's cwd: ``src/`` or a folder inside it (monorepo prefix).  Compile caches, HOME and
+    TMPDIR point into ``scratch/`` (set by the wrapper); isolation comes from :func:`isolation_mode`.
+    """
     plan = render_launch(contract, config)
     out.mkdir(parents=True, exist_ok=True)
+    scratch = scratch_dir(out)
+    scratch.mkdir(parents=True, exist_ok=True)
     manifest = out / "frozen.json"
     manifest.write_text(json.dumps(scope.get("frozen", {}), sort_keys=True))
     env = dict(plan.env)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    for var in CACHE_VARS:
-        env[var] = str(out / "cache" / var.lower())
+    src = out.parent / "src"
     launch = contract.launch
     return TrialSpec(
         trial_id=trial_key,
@@ -69,6 +87,11 @@ def build_spec(contract: Contract, scope: dict[str, Any], config: dict[str, Any]
         frozen_manifest=manifest,
         memory_cap_gib=contract.memory_cap_gib,
         pending_deadline_s=launch.pending_deadline_s,
+        src_dir=src if (workdir == src or src in Path(workdir).parents) else None,
+        scratch_dir=scratch,
+        updates=contract.trial.updates,
+        disk_limit_gib=DISK_LIMIT_GIB,
+        isolation=isolation_mode(),
     )
 
 

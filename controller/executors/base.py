@@ -44,7 +44,8 @@ class TrialSpec:
 
     ``argv`` is the training command as a list (never a shell string); for the
     torchrun launchers ``argv[0]`` is the training script.  ``env`` holds the
-    variables to export.  Every value reaches the job as data (shell-quoted in
+    variables to export: they reach the job through the wrapper's ``--pass-env`` (the job's environment is an
+    allow-list; nothing else of the controller's environment gets in).  Every value reaches the job as data (shell-quoted in
     sbatch scripts, passed as argv/env to local subprocesses).
     """
 
@@ -65,6 +66,16 @@ class TrialSpec:
     frozen_manifest: Path | None = None
     memory_cap_gib: float | None = None
     pending_deadline_s: float | None = None
+    #: the trial's read-write source tree (``workdir`` lies inside it; default: ``workdir`` itself)
+    src_dir: Path | None = None
+    #: the trial's read-write scratch folder (HOME, TMPDIR, compile caches; default: a temporary folder)
+    scratch_dir: Path | None = None
+    #: ``contract.trial.updates``: caps the receipt at updates + 16 lines (None: no cap)
+    updates: int | None = None
+    #: disk the job may use in src + scratch; the wrapper kills it beyond (None: no limit)
+    disk_limit_gib: float | None = 20.0
+    #: ``bwrap`` (default) or ``none`` (explicit opt-out: the job runs unsandboxed)
+    isolation: str = "bwrap"
 
     def __post_init__(self) -> None:
         if not self.trial_id:
@@ -79,6 +90,12 @@ class TrialSpec:
             raise ExecutorError(f"gpus_per_node: must be >= 0, got {self.gpus_per_node}")
         if self.time_limit_s <= 0:
             raise ExecutorError(f"time_limit_s: must be > 0, got {self.time_limit_s}")
+        if self.isolation not in ("bwrap", "none"):
+            raise ExecutorError(f"isolation: {self.isolation!r} is not one of bwrap, none")
+        if self.updates is not None and self.updates < 1:
+            raise ExecutorError(f"updates: must be >= 1, got {self.updates}")
+        if self.disk_limit_gib is not None and self.disk_limit_gib <= 0:
+            raise ExecutorError(f"disk_limit_gib: must be > 0, got {self.disk_limit_gib}")
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,10 @@ _HOST_OOM = re.compile(r"exceeded memory limit|Exceeded job memory limit|oom[-_ 
 
 _TAIL_BYTES = 256 * 1024
 RECEIPT_HINT = "receipt.json"
+#: a receipt larger than this is not read (the wrapper caps updates at N + 16 lines of <= 64 KiB each)
+MAX_RECEIPT_BYTES = 256 << 20
+#: the one-line refusal the exec wrapper prints (bad input, or no sandbox: fail closed)
+_WRAPPER_ERROR = re.compile(r"^infrarsi: error: .*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -34,13 +38,23 @@ class Classification:
     signal: int | None = None
 
 
-def read_receipt(path: Path) -> dict[str, Any] | None:
-    """The receipt as a dict, or None when absent or not a JSON object (unverified)."""
+def read_receipt(path: Path, max_bytes: int = MAX_RECEIPT_BYTES) -> dict[str, Any] | None:
+    """The receipt as a dict, or None when absent, larger than ``max_bytes`` (checked with ``stat`` before
+    reading anything) or not a JSON object (unverified)."""
     try:
+        if path.stat().st_size > max_bytes:
+            return None
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def wrapper_error(log_text: str) -> str | None:
+    """The exec wrapper's last ``infrarsi: error: ...`` line in ``log_text`` (e.g. the fail-closed refusal
+    when bubblewrap is unavailable), or None."""
+    found = _WRAPPER_ERROR.findall(log_text)
+    return found[-1].strip() if found else None
 
 
 def log_tail(paths: Iterable[Path | None]) -> str:
@@ -114,7 +128,10 @@ def classify(
         what = f"signal {sig}" if sig else f"exit code {rc}"
         return Classification("crash", f"receipt: job ended with {what}", rc, sig)
 
-    # no receipt: the wrapper never finished writing it
+    # no receipt: the wrapper never finished writing it (or refused to start the job)
+    refused = wrapper_error(log_text)
+    if refused and not cancel_reason:
+        return Classification("crash", f"no receipt: the wrapper refused to start the job: {refused}", exit_code, signal)
     if cancel_reason or state == "CANCELLED":
         return Classification("cancelled", cancel_reason or "Slurm state CANCELLED (no receipt)", exit_code, signal)
     if state in ("TIMEOUT", "DEADLINE"):

@@ -1,7 +1,11 @@
 """LocalExecutor: trials as subprocesses on this machine (the embedded default).
 
-Each trial runs as ``python shim.py OUTDIR -- <wrapper> -- <argv>`` in its own
-session (``start_new_session``), so cancel kills the whole tree.  GPU slots
+Each trial runs as ``python -I shim.py OUTDIR -- python -I -m infrarsi.verifier.exec ... -- <argv>`` in its own
+session (``start_new_session``), so cancel kills the whole tree; the wrapper runs the job inside bubblewrap
+(its PID namespace ends every process of the trial).  ``-I`` keeps the trial tree (the cwd) off ``sys.path``, so
+nothing in it can shadow the shim or the wrapper.  The shim and the wrapper get an allow-listed environment
+(:func:`infrarsi.verifier.sandbox.job_env`: never the controller's ``INFRARSI_HOME``, database URL or key file)
+plus the spec's ``env``; the wrapper narrows it again for the job.  GPU slots
 are handed out through ``CUDA_VISIBLE_DEVICES``; at most ``max_concurrent``
 trials run at once and the rest wait in a FIFO queue (state ``pending``),
 started by later ``poll`` calls.
@@ -32,6 +36,7 @@ from infrarsi.controller.executors import procs
 from infrarsi.controller.executors.base import LOG_NAME, RECEIPT_NAME, Executor, JobHandle, JobStatus, TrialSpec
 from infrarsi.controller.executors.classify import classify, log_tail, read_receipt
 from infrarsi.controller.executors.render import launch_argv, wrapper_argv
+from infrarsi.verifier.sandbox import BWRAP_ENV, job_env
 
 SHIM = Path(__file__).with_name("shim.py")
 LAUNCH_FILE = "local-launch.json"
@@ -117,7 +122,7 @@ class LocalExecutor(Executor):
         if spec.trial_id in self._trials and self._trials[spec.trial_id].done is None:
             raise ExecutorError(f"trial_id: {spec.trial_id} is already live")
         for name, _ in spec.env:
-            if not name or "=" in name:
+            if not name or "=" in name or "," in name:
                 raise ExecutorError(f"env: {name!r} is not a valid environment variable name")
         outdir = Path(spec.outdir)
         try:
@@ -177,14 +182,16 @@ class LocalExecutor(Executor):
 
     def _launch(self, t: _Trial, gpus: list[str]) -> None:
         outdir = Path(t.handle.outdir)
-        env = dict(os.environ)
-        env.update({k: v for k, v in t.launch["env"]})
-        env["INFRARSI_TRIAL_ID"] = t.handle.trial_id
+        extra = {k: v for k, v in t.launch["env"]}
+        extra["INFRARSI_TRIAL_ID"] = t.handle.trial_id
         if gpus or self.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+            extra["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        env = job_env(os.environ, (), extra)
+        if os.environ.get(BWRAP_ENV):  # which bubblewrap the wrapper uses (configuration, not a secret)
+            env[BWRAP_ENV] = os.environ[BWRAP_ENV]
         log = open(outdir / "local-launcher.log", "ab")
         try:
-            proc = subprocess.Popen([self.python, str(SHIM), str(outdir), "--", *t.launch["cmd"]],
+            proc = subprocess.Popen([self.python, "-I", str(SHIM), str(outdir), "--", *t.launch["cmd"]],
                                     cwd=t.launch["cwd"], env=env, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as exc:

@@ -87,8 +87,13 @@ def slurm_time(seconds: int) -> str:
 
 
 def wrapper_argv(spec: TrialSpec, python: str, wrapper: Sequence[str] | None = None) -> list[str]:
-    """The exec-wrapper command line (without ``--`` and the job's argv)."""
-    cmd = list(wrapper) if wrapper is not None else [python, "-m", "infrarsi.verifier.exec"]
+    """The exec-wrapper command line (without ``--`` and the job's argv).
+
+    The wrapper is trusted code started as ``python -I -m infrarsi.verifier.exec``: ``-I`` keeps the job's
+    tree (the cwd) and ``PYTHONPATH`` off ``sys.path``, so a trial that ships its own ``infrarsi/verifier/exec.py``
+    cannot replace it.
+    """
+    cmd = list(wrapper) if wrapper is not None else [python, "-I", "-m", "infrarsi.verifier.exec"]
     cmd += ["--trial-id", spec.trial_id, "--out", str(spec.outdir)]
     if spec.key_file is not None:
         cmd += ["--key-file", str(spec.key_file)]
@@ -97,6 +102,18 @@ def wrapper_argv(spec: TrialSpec, python: str, wrapper: Sequence[str] | None = N
         cmd += ["--frozen-manifest", str(spec.frozen_manifest)]
     if spec.memory_cap_gib is not None:
         cmd += ["--memory-cap-gib", repr(float(spec.memory_cap_gib))]
+    cmd += ["--cwd", str(spec.workdir), "--src", str(spec.src_dir or spec.workdir)]
+    if spec.scratch_dir is not None:
+        cmd += ["--scratch", str(spec.scratch_dir)]
+    if spec.isolation != "bwrap":
+        cmd += ["--isolation", spec.isolation]
+    if spec.updates is not None:
+        cmd += ["--max-updates", str(int(spec.updates))]
+    if spec.disk_limit_gib is not None:
+        cmd += ["--disk-limit-gib", repr(float(spec.disk_limit_gib))]
+    names = sorted({name for name, _ in spec.env})
+    if names:
+        cmd += ["--pass-env", ",".join(names)]
     return cmd
 
 
@@ -157,7 +174,9 @@ def render_sbatch(
 
     ``python`` is the interpreter on the compute nodes; ``extra_sbatch`` are
     site options (``--qos=...``) appended as ``#SBATCH`` lines; ``wrapper``
-    replaces ``[python, -m, infrarsi.verifier.exec]`` (tests use a stand-in).
+    replaces ``[python, -I, -m, infrarsi.verifier.exec]`` (tests use a stand-in).
+    The batch script runs the wrapper outside the sandbox, and the wrapper runs
+    the job inside bubblewrap, exactly as on the local executor.
     Raises :class:`ExecutorError` for values that cannot be rendered safely.
     """
     for name, _ in spec.env:

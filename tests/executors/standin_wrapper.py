@@ -29,7 +29,7 @@ def main() -> int:
     p.add_argument("--timeout", type=float)
     p.add_argument("--frozen-manifest")
     p.add_argument("--memory-cap-gib", type=float)
-    a = p.parse_args(argv[:split])
+    a, _unknown = p.parse_known_args(argv[:split])  # sandbox options (--src, --pass-env, ...) are not modelled
     cmd = argv[split + 1:]
     os.makedirs(a.out, exist_ok=True)
     if a.key_file and os.path.exists(a.key_file):

@@ -28,6 +28,8 @@ def _spec(launcher: str, **kw: object) -> TrialSpec:
         partition="gpu", account="proj-42", time_limit_s=900, mem_gb=64, cpus_per_task=8,
         key_file=Path("/scratch/infrarsi/c7/t0042/out/key"),
         frozen_manifest=Path("/scratch/infrarsi/c7/frozen.json"), memory_cap_gib=70.0,
+        src_dir=Path("/scratch/infrarsi/c7/t0042/src"), scratch_dir=Path("/scratch/infrarsi/c7/t0042/scratch"),
+        updates=30,
     )
     if launcher == "torchrun-multinode":
         base["nodes"] = 2

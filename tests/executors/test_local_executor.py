@@ -146,13 +146,10 @@ def test_pending_deadline_cancels_and_accounts(tmp_path: Path, standin: list[str
 
 
 def test_missing_receipt_is_a_crash_with_reason(tmp_path: Path, standin: list[str], wait_all: Waiter) -> None:
-    os.environ["STANDIN_NO_RECEIPT"] = "1"
-    try:
-        ex = LocalExecutor(wrapper=standin)
-        h = ex.submit(_spec(tmp_path, "nr", "print('ran')"))
-        st = wait_all(ex, [h], timeout=30)["nr"]
-    finally:
-        del os.environ["STANDIN_NO_RECEIPT"]
+    # the stand-in reads it from its environment: spec.env is the only way in (the executor allow-lists the rest)
+    ex = LocalExecutor(wrapper=standin)
+    h = ex.submit(_spec(tmp_path, "nr", "print('ran')", env=(("STANDIN_NO_RECEIPT", "1"),)))
+    st = wait_all(ex, [h], timeout=30)["nr"]
     assert st.outcome == "crash" and "no receipt" in st.reason
 
 
