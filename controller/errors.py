@@ -31,3 +31,20 @@ class PatchError(InfrarsiError):
 
 class ScopeError(InfrarsiError):
     """The scope lock was violated: frozen files changed since ``init``."""
+
+
+#: longest message printed for one error; longer ones are cut with an ellipsis
+MAX_MESSAGE_CHARS = 500
+
+
+def one_line(text: object, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` as one printable line of at most ``limit`` characters: the first non-empty line of ``str(text)``,
+    control characters replaced, cut with ``...``.  Never raises (an unprintable object gives its type name)."""
+    try:
+        s = str(text)
+    except Exception:
+        return f"<unprintable {type(text).__name__}>"
+    lines = [ln.strip() for ln in s.splitlines() if ln.strip()]
+    first = lines[0] if lines else ""
+    first = "".join(ch if ch.isprintable() else "?" for ch in first)
+    return first if len(first) <= limit else first[: limit - 3] + "..."

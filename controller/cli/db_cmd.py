@@ -1,4 +1,9 @@
-"""``infrarsi db upgrade|current|downgrade``."""
+"""``infrarsi db upgrade|current|downgrade``.
+
+Every failure (malformed URL, unreachable server, garbage SQLite file, unknown revision, a schema no infrarsi
+revision created) is one ``infrarsi: error: ...`` line from :mod:`infrarsi.controller.store.migrate`; URLs are
+printed with their password masked.
+"""
 
 from __future__ import annotations
 
@@ -46,5 +51,10 @@ def current_cmd(url: str | None) -> None:
     u = _url(url)
     rev = migrate.current_revision(u)
     head = migrate.head_revision()
-    state = "up to date" if rev == head else "behind: run 'infrarsi db upgrade'"
+    if rev == head:
+        state = "up to date"
+    elif rev is not None and rev not in migrate.known_revisions():
+        state = "unknown to this version of infrarsi: was it migrated by a newer one?"
+    else:
+        state = "behind: run 'infrarsi db upgrade'"
     click.echo(f"{migrate.safe_url(u)}: revision {rev or 'none'} (head {head}, {state})")
