@@ -44,22 +44,22 @@ def _changed(ref: dict[str, Any], cfg: dict[str, Any]) -> dict[str, list[Any]]:
 
 def combined_diff(repo: Path, scope: dict[str, Any], patches: list[str]) -> str:
     """One unified diff of ``patches`` applied in order to the locked commit (paths relative to the target repo),
-    so it applies in one ``git apply`` even when several patches touch the same file."""
-    import tempfile
-
+    so it applies in one ``git apply`` even when several patches touch the same file; files a patch creates are
+    included.  Built in a scratch export with a private git directory (nothing is written to ``repo`` and none of
+    its hooks, config or drivers run)."""
     from infrarsi.controller.campaign.scope import git
-    from infrarsi.controller.campaign.sourcetree import prepare_source, remove_source
+    from infrarsi.controller.campaign.sourcetree import scratch_tree
+    from infrarsi.controller.patches.intake import apply_patches
 
     if not patches:
         return ""
-    prefix = str(scope.get("prefix") or "")
-    with tempfile.TemporaryDirectory(prefix="infrarsi-diff-") as tmp:
-        src = Path(tmp) / "src"
-        prepare_source(repo, scope["commit"], src, [(p, scope["patches"][p]) for p in patches], {}, prefix)
-        try:
-            return git(src, "diff", *([f"--relative={prefix}"] if prefix else []))
-        finally:
-            remove_source(repo, src)
+    prefix = str(scope.get("prefix") or "").rstrip("/")
+    with scratch_tree(repo, scope["commit"], prefix) as (workdir, env):
+        apply_patches(workdir, [(p, scope["patches"][p]) for p in patches])
+        src = Path(env["GIT_WORK_TREE"])
+        git(src, "add", "-A", env=env)
+        return git(src, "diff", "--cached", "--no-ext-diff", "--no-textconv", "--no-color",
+                   *([f"--relative={prefix}"] if prefix else []), scope["commit"], "--", env=env)
 
 
 def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:

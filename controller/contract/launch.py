@@ -7,6 +7,7 @@ Values are never interpolated into a shell string: flag templates are split with
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 from infrarsi.controller.contract.checks import complete_config
 from infrarsi.controller.contract.model import KNOB_PLACEHOLDER, ConfigApply, Contract, EnvApply, FlagApply
-from infrarsi.controller.errors import ContractError
+from infrarsi.controller.errors import ContractError, PatchError
 
 
 @dataclass(frozen=True)
@@ -70,17 +71,47 @@ def render_launch(contract: Contract, config: dict[str, Any]) -> LaunchPlan:
     return LaunchPlan(argv=tuple(argv), env=tuple(sorted(env.items())), config_edits=edits)
 
 
-def apply_config_edits(workdir: Path, edits: dict[str, dict[str, Any]]) -> None:
-    """Write ``edits`` into JSON (``.json``) or YAML config files inside ``workdir`` (created if missing)."""
-    for rel, keys in edits.items():
-        path = workdir / rel
-        if path.suffix == ".json":
-            data = json.loads(path.read_text()) if path.exists() else {}
-        else:
-            from ruamel.yaml import YAML
+class ConfigEditError(PatchError):
+    """A config knob's file cannot be written safely (it leaves the tree); a trial fails, not the campaign."""
 
-            data = YAML(typ="safe").load(path.read_text()) if path.exists() else {}
-            data = data or {}
+
+def config_target(workdir: Path, rel: str) -> Path:
+    """The resolved path ``rel`` names inside ``workdir``; ConfigEditError (one line naming the file and where it
+    points) when it is absolute, contains ``..``, is inside ``.git``, or is / lies under a symlink leading out."""
+    root = Path(workdir).resolve()
+    parts = Path(rel).parts
+    if Path(rel).is_absolute() or ".." in parts or ".git" in parts:
+        raise ConfigEditError(f"config file '{rel}' leaves the tree {root} (absolute, '..' or .git)")
+    target = (root / rel).resolve()
+    if not target.is_relative_to(root) or ".git" in target.relative_to(root).parts:
+        raise ConfigEditError(f"config file '{rel}' points to {target}, outside the tree {root}: refusing to "
+                              f"write through a symlink")
+    return target
+
+
+def apply_config_edits(workdir: Path, edits: dict[str, dict[str, Any]]) -> None:
+    """Write ``edits`` into JSON (``.json``) or YAML config files inside ``workdir`` (created if missing).
+
+    Symlinks are resolved first (:func:`config_target`): a file that is, or lies under, a symlink pointing out
+    of ``workdir`` raises ConfigEditError and nothing is written.  The new content is written to a temporary file
+    beside the resolved target and renamed over it (a link inside the tree keeps pointing at the edited file).
+    """
+    targets = {rel: config_target(workdir, rel) for rel in edits}
+    for rel, keys in edits.items():
+        path = targets[rel]
+        try:
+            if path.suffix == ".json":
+                data = json.loads(path.read_text()) if path.exists() else {}
+            else:
+                from ruamel.yaml import YAML
+
+                data = YAML(typ="safe").load(path.read_text()) if path.exists() else {}
+                data = data or {}
+        except Exception as exc:  # JSON, YAML (ruamel errors are not ValueErrors) or I/O: one line
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise ConfigEditError(f"config file '{rel}' cannot be read: {first}") from None
+        if not isinstance(data, dict):
+            raise ConfigEditError(f"config file '{rel}' does not hold a mapping")
         for dotted, value in keys.items():
             node = data
             parts = dotted.split(".")
@@ -89,11 +120,18 @@ def apply_config_edits(workdir: Path, edits: dict[str, dict[str, Any]]) -> None:
             node[parts[-1]] = value
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.suffix == ".json":
-            path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+            text = json.dumps(data, indent=2, sort_keys=True) + "\n"
         else:
+            import io
+
             from ruamel.yaml import YAML
 
             yaml = YAML(typ="safe")
             yaml.default_flow_style = False
-            with path.open("w") as fh:
-                yaml.dump(data, fh)
+            buf = io.StringIO()
+            yaml.dump(data, buf)
+            text = buf.getvalue()
+        tmp = path.with_name(f".{path.name}.infrarsi-tmp")
+        tmp.unlink(missing_ok=True)
+        tmp.write_text(text)
+        os.replace(tmp, path)

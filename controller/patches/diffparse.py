@@ -2,7 +2,10 @@
 
 :func:`parse_diff` never touches the filesystem.  Paths are returned as written after
 removing the first component (``-p1``, what ``git apply`` does by default); ``raw_paths``
-keeps them as written so callers can refuse absolute paths.  Hunk lines are counted
+keeps them as written so callers can refuse absolute paths.  Lines are split at ``\n`` only, as git does.
+Binary data (``GIT binary patch``, ``Binary files ... differ``, ``literal N``/``delta N`` blocks) marks the
+current file change ``binary`` wherever it appears outside a hunk body (also after ``---``/``+++`` headers);
+a ``diff --git`` line whose names cannot be read is an error rather than skipped.  Hunk lines are counted
 with the hunk header's lengths, so a removed line that starts with ``--`` is not taken
 for a file header.
 """
@@ -13,7 +16,10 @@ import re
 from dataclasses import dataclass, field
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-_GIT = re.compile(r"^diff --git (\S+) (\S+)\s*$")
+_QUOTED_OR_WORD = r'("(?:[^"\\]|\\.)*"|\S+)'
+_GIT = re.compile(rf"^diff --git {_QUOTED_OR_WORD} {_QUOTED_OR_WORD}\s*$")
+#: Lines that start binary data in git's patch format, wherever they appear outside a hunk body.
+_BINARY = re.compile(r"^(GIT binary patch\s*$|Binary files .* differ\s*$|(literal|delta) \d+\s*$)")
 SYMLINK_MODE = "120000"
 
 
@@ -75,7 +81,9 @@ def parse_diff(text: str) -> list[FileChange]:
     cur: FileChange | None = None
     in_git_header = False
     old_left = new_left = 0
-    lines = text.splitlines()
+    lines = text.split("\n")  # git's line ends only: str.splitlines() also splits at \x0c, \x85, U+2028 ...
+    if lines and lines[-1] == "":
+        lines.pop()
     i = 0
     while i < len(lines):
         line = lines[i]
@@ -98,7 +106,15 @@ def parse_diff(text: str) -> list[FileChange]:
                 raise DiffParseError(f"line {i + 1}: hunk ends early ({line[:40]!r})")
             i += 1
             continue
+        if _BINARY.match(line):
+            if cur is None:
+                raise DiffParseError(f"line {i + 1}: binary data before any file header")
+            cur.binary = True
+            i += 1
+            continue
         m = _GIT.match(line)
+        if line.startswith("diff --git ") and not m:
+            raise DiffParseError(f"line {i + 1}: cannot read the file names of {line[:60]!r}")
         if m:
             cur = FileChange()
             changes.append(cur)
@@ -136,8 +152,6 @@ def parse_diff(text: str) -> list[FileChange]:
                 parts = line.split()
                 if len(parts) == 3 and cur.new_mode is None:
                     cur.old_mode = cur.new_mode = parts[2]
-            elif line.startswith(("Binary files ", "GIT binary patch")):
-                cur.binary = True
         h = _HUNK.match(line)
         if h:
             if cur is None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
+from infrarsi.controller.campaign.scope import driver_overrides, git_env, safe_flags
 from infrarsi.controller.errors import PatchError
 from infrarsi.controller.patches.diffparse import DiffParseError, FileChange, parse_diff
 
@@ -105,19 +106,52 @@ def _refuse(name: str, reason: str) -> PatchError:
 
 
 def _git_env(workdir: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["GIT_CEILING_DIRECTORIES"] = str(workdir.resolve().parent)
-    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
-        env.pop(var, None)
-    return env
+    """Hardened git environment (no inherited ``GIT_*``, no system config) with the ceiling at ``workdir``'s parent."""
+    return git_env({"GIT_CEILING_DIRECTORIES": str(workdir.resolve().parent)})
+
+
+def _file_at(text: str, offset: int) -> str:
+    """The path of the file section of ``text`` that holds character ``offset`` ('?' before any header)."""
+    path = "?"
+    for line in text[:offset].split("\n"):
+        if line.startswith("diff --git "):
+            path = line.rsplit(" ", 1)[-1].strip().strip('"').split("/", 1)[-1]
+        elif line.startswith("+++ ") and not line.startswith("+++ /dev/null"):
+            path = line[4:].split("\t", 1)[0].strip().strip('"').split("/", 1)[-1]
+    return path
+
+
+def refuse_binary_bytes(name: str, text: str) -> None:
+    """PatchError naming the patch and the file when ``text`` holds a NUL byte or bytes that are not UTF-8
+    (decoded with ``surrogateescape``: lone surrogates U+DC80..U+DCFF): binary data in any form is refused."""
+    nul = text.find("\0")
+    if nul >= 0:
+        line = text.count("\n", 0, nul) + 1
+        raise _refuse(name, f"holds a NUL byte (binary data) in '{_file_at(text, nul)}' (line {line})")
+    bad = next((i for i, ch in enumerate(text) if "\udc80" <= ch <= "\udcff"), -1)
+    if bad < 0:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            bad = exc.start
+    if bad >= 0:
+        line = text.count("\n", 0, bad) + 1
+        raise _refuse(name, f"is not valid UTF-8 in '{_file_at(text, bad)}' (line {line}): binary data is refused")
+
+
+def _refuse_binary_changes(name: str, changes: list[FileChange]) -> None:
+    for ch in changes:
+        if ch.binary:
+            raise _refuse(name, f"carries a binary change to '{(ch.paths or ['?'])[0]}'")
 
 
 def _git_apply(workdir: Path, text: str, check: bool) -> str | None:
     """Run ``git apply`` (``--check`` when ``check``) in ``workdir``; the first error line, or None on success."""
-    args = ["git", "apply", "--check"] if check else ["git", "apply"]
+    env = _git_env(workdir)
+    args = ["git", *safe_flags(), *driver_overrides(workdir, env), "apply", *(["--check"] if check else [])]
     try:
         proc = subprocess.run(args, cwd=workdir, input=text.encode("utf-8", "surrogateescape"),
-                              capture_output=True, env=_git_env(workdir), timeout=60)
+                              capture_output=True, env=env, timeout=60)
     except FileNotFoundError:
         return "git is not installed"
     except subprocess.TimeoutExpired:
@@ -175,12 +209,14 @@ def check_patch(repo: Path, diff_text: str, editable: list[str], frozen: list[st
         raise _refuse(name, f"repo {repo} is not a directory")
     if not diff_text.strip():
         raise _refuse(name, "is empty")
+    refuse_binary_bytes(name, diff_text)
     try:
         changes = parse_diff(diff_text)
     except DiffParseError as exc:
         raise _refuse(name, f"is not a unified diff: {exc}") from None
     if not changes:
         raise _refuse(name, "is not a unified diff: no file headers ('--- a/...', '+++ b/...')")
+    _refuse_binary_changes(name, changes)
     for ch in changes:
         problem = _path_problems(repo, ch)
         if problem:
@@ -193,9 +229,6 @@ def check_patch(repo: Path, diff_text: str, editable: list[str], frozen: list[st
     for path in files:
         if not any(glob_match(path, g) for g in editable):
             raise _refuse(name, f"touches '{path}', which is not an editable file (editable_files: {list(editable)})")
-    for ch in changes:
-        if ch.binary:
-            raise _refuse(name, f"carries a binary change to '{ch.paths[0]}'")
     added = sum(ch.added for ch in changes)
     removed = sum(ch.removed for ch in changes)
     if added + removed > max_changed_lines:
@@ -240,10 +273,12 @@ def apply_patches(workdir: Path, diffs: list[tuple[str, str]]) -> list[str]:
         raise PatchError(f"apply: {workdir} is not a directory")
     applied: list[str] = []
     for name, text in diffs:
+        refuse_binary_bytes(name, text)
         try:
             changes = parse_diff(text)
         except DiffParseError as exc:
             raise _refuse(name, f"is not a unified diff: {exc}") from None
+        _refuse_binary_changes(name, changes)
         for ch in changes:
             problem = _path_problems(workdir, ch)
             if problem:

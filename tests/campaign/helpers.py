@@ -12,11 +12,21 @@ TOY = Path(__file__).parent / "toy"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+#: A commit identity for tests: a fresh HOME has no ~/.gitconfig, and git refuses to commit without one.
+GIT_IDENTITY = {"GIT_AUTHOR_NAME": "infrarsi-test", "GIT_AUTHOR_EMAIL": "test@localhost",
+                "GIT_COMMITTER_NAME": "infrarsi-test", "GIT_COMMITTER_EMAIL": "test@localhost"}
+
+
+def git_env() -> dict[str, str]:
+    """``os.environ`` plus :data:`GIT_IDENTITY` (for every git command a test runs that records a commit)."""
+    return {**os.environ, **GIT_IDENTITY}
+
+
 def git_repo(src: Path, dst: Path) -> Path:
     """Copy ``src`` to ``dst`` and make it a git repo with one commit."""
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
-    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"]):
-        subprocess.run(["git", "-C", str(dst), *args], check=True)
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "init"]):
+        subprocess.run(["git", "-C", str(dst), *args], check=True, env=git_env())
     return dst
 
 

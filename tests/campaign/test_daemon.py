@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.campaign.helpers import cli_env, infrarsi
+from tests.campaign.helpers import cli_env, git_env, infrarsi
 from tests.campaign.test_daemon_recovery import _check_accounting
 
 
@@ -64,7 +64,7 @@ def test_cancel_stops_slurm_jobs(tmp_path: Path, toy_repo: Path) -> None:
         pytest.skip("Slurm is not installed (deploy/slurm-up.sh)")
     text_ = (toy_repo / "infrarsi.yaml").read_text().replace("--speed={value}", "--speed={value} --base=2.0")
     (toy_repo / "infrarsi.yaml").write_text(text_)  # slow trials: each update sleeps 2 s
-    subprocess.run(["git", "-C", str(toy_repo), "commit", "-qam", "slow"], check=True)
+    subprocess.run(["git", "-C", str(toy_repo), "commit", "-qam", "slow"], check=True, env=git_env())
     env = cli_env(tmp_path / "home", INFRARSI_POLL_S="1")
     cid = int(infrarsi("submit", str(toy_repo / "infrarsi.yaml"), "--executor", "slurm", "--parsable", env=env).stdout)
     for _ in range(20):
