@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from infrarsi.controller.contract.checks import complete_config
 from infrarsi.controller.contract.launch import render_launch
 from infrarsi.controller.store.records import CampaignRecord
+from infrarsi.verifier.judge import INVARIANTS
 
 if TYPE_CHECKING:  # pragma: no cover
     from infrarsi.controller.campaign.engine import CampaignEngine
@@ -90,6 +91,7 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
             "step_time_s": step, "speedup": (t0 / step) if (t0 and step) else None,
             "peak_mem_gib": o.peak_mem_gib if o else None, "gpu_hours": gpu_h, "cum_gpu_hours": cum,
             "first_failed_layer": o.first_failed_layer if o else None, "accepted": bool(o and o.accepted),
+            "isolation": ((o.details or {}).get("isolation") or {}).get("mode") if o else None,
         })
     promo = res.get("promotion") or {}
     cand = promo.get("candidate")
@@ -136,6 +138,7 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
                      "executor": c.executor, "created_at": c.created_at.isoformat(),
                      "finished_at": datetime.now(timezone.utc).isoformat()},
         "delivered_speedup": speedup,
+        "invariant_count": len(INVARIANTS),
         "reason": promo.get("reason", ""),
         "reference": {"config": ref_full, "step_time_s": t0, "sigma_pair": doctor.get("sigma_pair"),
                       "promotion_margin": doctor.get("promotion_margin"), "big_knob_gate": doctor.get("big_knob_gate"),

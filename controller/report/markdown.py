@@ -21,6 +21,7 @@ from infrarsi.controller.report.sections import (
     refused_section,
     trials_section,
 )
+from infrarsi.verifier.judge import INVARIANTS
 
 PLOT_NAME = "progress.png"
 
@@ -45,8 +46,10 @@ LAYER_MEANING = {
     "L2": "workload (tokens, data, model, frozen files)",
     "L3": "optimizer steps and schedule",
     "L4": "numerics (loss, gradient norm, eval, precision)",
-    "L5": "timing (wrapper clock, speed reproduces)",
+    "L5": "timing (wrapper clock, executor clock, speed reproduces)",
 }
+#: invariants the verifier judges when result.json does not say (the paper's 16 plus executor_clock)
+DEFAULT_INVARIANT_COUNT = len(INVARIANTS)
 
 MFU_FORMULA = (
     "MFU = F_update / (N_GPU × P_peak × t_update), with F_update = tokens per update × FLOPs per token, "
@@ -113,7 +116,29 @@ def _title(r: dict[str, Any]) -> str:
         facts.append("MFU not computed (FLOPs per token unknown)")
     facts.append(f"cost {gpuh(cost.get('total_gpu_hours'))} GPU-h ({pct(cost.get('share_of_budget'))} of budget)")
     facts.append(f"{len(_l(r.get('trials')))} trials")
-    return f"{head}\n\n{line}\n\n" + " · ".join(facts)
+    out = f"{head}\n\n{line}\n\n" + " · ".join(facts)
+    warning = isolation_warning(r)
+    return out + (f"\n\n{warning}" if warning else "")
+
+
+def isolation_modes(r: dict[str, Any]) -> dict[str, int]:
+    """Trials per ``wrapper.isolation.mode`` ("bwrap", "none"; "unknown" for receipts that predate it)."""
+    counts: dict[str, int] = {}
+    for t in _l(r.get("trials")):
+        if isinstance(t, dict) and t.get("outcome") not in (None, "intent", "submitted", "cancelled"):
+            mode = str(t.get("isolation") or "unknown")
+            counts[mode] = counts.get(mode, 0) + 1
+    return counts
+
+
+def isolation_warning(r: dict[str, Any]) -> str:
+    """A loud line when any trial ran without a sandbox (``isolation.mode == "none"``), else ""."""
+    n = isolation_modes(r).get("none", 0)
+    if not n:
+        return ""
+    return (f"**WARNING: {n} trial(s) ran WITHOUT isolation (wrapper isolation mode \"none\"): the untrusted job "
+            "could reach the controller's files, other trials and anything the user can; their verdicts rest on "
+            "the job's good behaviour.**")
 
 
 def _result(r: dict[str, Any]) -> str:
@@ -258,6 +283,19 @@ def _verdicts(r: dict[str, Any]) -> str:
     out = ["## Verifier verdicts", ""]
     p = _d(r.get("promoted"))
     verdicts = [v for v in _l(p.get("verdicts")) if isinstance(v, dict)]
+    count = num(r.get("invariant_count"))
+    count_s = str(int(count)) if count is not None else str(DEFAULT_INVARIANT_COUNT)
+    out.append(f"The verifier judges every trial on {count_s} invariants in five layers (the paper's 16 plus "
+               "`executor_clock`, the executor's own start/end times against the receipt's timeline), after the "
+               "L0 receipt checks (size cap, signature, schema, replay).")
+    modes = isolation_modes(r)
+    if modes:
+        out += ["", "Trial isolation (exec wrapper sandbox): "
+                + ", ".join(f"{text(k)} {v}" for k, v in sorted(modes.items())) + "."]
+    warning = isolation_warning(r)
+    if warning:
+        out += ["", warning]
+    out.append("")
     if verdicts:
         n_pass = sum(1 for v in verdicts if v.get("status") == "pass")
         out.append(f"Promoted candidate: {n_pass}/{len(verdicts)} invariants pass.")
@@ -293,4 +331,5 @@ def rejections_by_layer(r: dict[str, Any]) -> dict[str, int]:
     return counts
 
 
-__all__ = ["render_report", "rejections_by_layer", "SECTIONS", "MFU_FORMULA", "PLOT_NAME"]
+__all__ = ["render_report", "rejections_by_layer", "isolation_modes", "isolation_warning", "SECTIONS", "MFU_FORMULA",
+           "PLOT_NAME"]

@@ -21,7 +21,7 @@ def _trial(seq: int, stage: str, outcome: str, step: float | None, ref_step: flo
             "outcome": outcome, "reason": reason, "step_time_s": step,
             "speedup": None if step is None else ref_step / step, "peak_mem_gib": None if step is None else 1.1,
             "gpu_hours": gh, "cum_gpu_hours": cum + gh, "first_failed_layer": layer,
-            "accepted": outcome == "ok"}
+            "accepted": outcome == "ok", "isolation": "bwrap"}
 
 
 def _trials(ref_step: float, specs: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
@@ -34,11 +34,11 @@ def _trials(ref_step: float, specs: list[tuple[Any, ...]]) -> list[dict[str, Any
     return out
 
 
-def _verdicts(n: int = 16) -> list[dict[str, Any]]:
+def _verdicts(n: int = 17) -> list[dict[str, Any]]:
     names = ["completes", "no_errors", "memory_cap", "same_workload", "same_data", "same_model", "frozen_files",
              "optimizer_steps", "loss_within_tolerance", "grad_norm_within_tol", "eval_matches", "precision",
-             "timing_consistent", "speed_reproduces", "resume_continues", "user_tests"]
-    layers = ["L1"] * 3 + ["L2"] * 4 + ["L3"] + ["L4"] * 4 + ["L5"] * 4
+             "timing_consistent", "speed_reproduces", "resume_continues", "user_tests", "executor_clock"]
+    layers = ["L1"] * 3 + ["L2"] * 4 + ["L3"] + ["L4"] * 4 + ["L5"] * 5
     return [{"invariant": names[i], "layer": layers[i], "status": "pass" if i != 14 else "unchecked",
              "required": i != 14, "reason": f"checked {names[i]}"} for i in range(n)]
 
@@ -53,6 +53,7 @@ def _base(ref_step: float, trials: list[dict[str, Any]]) -> dict[str, Any]:
             counts[t["first_failed_layer"]] += 1
     return {
         "schema": "infrarsi.result/1",
+        "invariant_count": 17,
         "campaign": {"id": 7, "name": "nanogpt-tiny", "owner": "alice", "state": "done", "contract_digest": "ab" * 32,
                      "repo": "/srv/repo", "commit": "abc123", "executor": "local",
                      "created_at": "2026-11-29T20:00:00Z", "finished_at": "2026-11-29T21:00:00Z"},

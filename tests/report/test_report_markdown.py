@@ -63,9 +63,11 @@ def test_promoted_headline_mfu_formula_and_diff(promoted_result: dict[str, Any])
     assert "```diff\n" + r["promoted"]["diff"].rstrip("\n") + "\n```" in promoted
     verdicts = _section(md, "## Verifier verdicts")
     inv_rows = [row for row in _table_rows(verdicts) if len(row) == 5 and row[0] != "Layer"]
-    assert len(inv_rows) == 16
+    assert len(inv_rows) == 17
     assert ["L5", "resume_continues", "no", "unchecked", "checked resume_continues"] in inv_rows
-    assert "15/16 invariants pass" in verdicts
+    assert "16/17 invariants pass" in verdicts
+    assert "judges every trial on 17 invariants" in verdicts
+    assert "Trial isolation (exec wrapper sandbox): bwrap 6." in verdicts and "WARNING" not in md
     noise = _section(md, "## Noise calibration")
     assert "0.0030" in noise and "0.60%" in noise
     mem = _table_rows(_section(md, "## Memory model"))
@@ -125,6 +127,20 @@ def test_mfu_computed_from_inputs_when_engine_left_it_null(promoted_result: dict
     rows = dict(r for r in _table_rows(_section(md, "## Speedup and MFU")) if len(r) == 2)
     assert rows["MFU before"] == f"{100 * want_before:.1f}%"
     assert rows["MFU after"] == f"{100 * want_after:.1f}%"
+
+
+def test_trials_without_isolation_get_a_loud_line_at_the_top(rejected_result: dict[str, Any]) -> None:
+    """A trial whose wrapper ran with isolation mode "none" is flagged in the headline and the verdicts."""
+    rejected_result["trials"][1]["isolation"] = "none"
+    rejected_result["trials"][2]["isolation"] = None          # a receipt from before the sandbox existed
+    md = render_report(rejected_result)
+    head = md.split("## Result")[0]
+    assert "**WARNING: 1 trial(s) ran WITHOUT isolation" in head
+    verdicts = _section(md, "## Verifier verdicts")
+    assert "Trial isolation (exec wrapper sandbox): bwrap 6, none 1, unknown 1." in verdicts
+    assert "WITHOUT isolation" in verdicts
+    del rejected_result["invariant_count"]                    # an older result.json: the verifier's own count
+    assert "judges every trial on 17 invariants" in render_report(rejected_result)
 
 
 def test_minimal_and_failed_results_render() -> None:
