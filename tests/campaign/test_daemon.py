@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from tests.campaign.helpers import cli_env, git_env, infrarsi
-from tests.campaign.test_daemon_recovery import _check_accounting
+from tests.campaign.test_daemon_recovery import _check_accounting, log_runs
 
 
 def _free_port() -> int:
@@ -31,7 +31,7 @@ def _serve(env: dict, *extra: str) -> subprocess.Popen:
 
 def test_two_daemons_one_acts_and_metrics(tmp_path: Path, toy_repo: Path, pg_url: str) -> None:
     run_log = tmp_path / "runs.jsonl"
-    env = cli_env(tmp_path / "home", TOY_RUN_LOG=str(run_log), INFRARSI_DATABASE_URL=pg_url)
+    env = cli_env(tmp_path / "home", INFRARSI_DATABASE_URL=pg_url, **log_runs(toy_repo, run_log))
     infrarsi("db", "upgrade", env=env)
     cid = int(infrarsi("submit", str(toy_repo / "infrarsi.yaml"), "--executor", "local", "--parsable",
                        env=env).stdout)
@@ -54,6 +54,7 @@ def test_two_daemons_one_acts_and_metrics(tmp_path: Path, toy_repo: Path, pg_url
     assert "standing by" in b_err  # the second daemon waited while the first held the lock
     assert "infrarsi_live_trials" in metrics and 'infrarsi_campaigns{state="run"}' in metrics
     assert "infrarsi_leader 1" in metrics
+    assert "infrarsi_leader_token 1" in metrics and 'infrarsi_leader_info{holder="' in metrics  # the lease
     out = _check_accounting(tmp_path / "home", run_log, cid, url=pg_url)
     assert out["state"] == "done"
 

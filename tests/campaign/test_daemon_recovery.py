@@ -11,12 +11,24 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
 
 from tests.campaign.helpers import cli_env, infrarsi
+
+def log_runs(toy_repo: Path, run_log: Path) -> dict[str, str]:
+    """Make every toy job append to ``run_log`` (via the contract's ``launch.env``; jobs get an allow-listed
+    environment) and return the extra environment the CLI needs: no bubblewrap, whose private /tmp would hide
+    the log.  These tests are about the controller, not the sandbox."""
+    contract = toy_repo / "infrarsi.yaml"
+    contract.write_text(contract.read_text().replace("launch:\n", f'launch:\n  env: {{TOY_RUN_LOG: "{run_log}"}}\n', 1))
+    subprocess.run(["git", "-C", str(toy_repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam",
+                    "log runs"], check=True)
+    return {"TOY_RUN_LOG": str(run_log), "INFRARSI_ISOLATION": "none"}
+
 
 POINTS = [("after_intent", "3"), ("after_submit", "2"), ("in_ingest", "3")]
 
@@ -46,7 +58,7 @@ def _check_accounting(home: Path, run_log: Path, campaign_id: int, url: str | No
 def _campaign_with_crash(tmp_path: Path, toy_repo: Path, executor: str, point: str, nth: str) -> dict:
     home = tmp_path / "home"
     run_log = tmp_path / "runs.jsonl"
-    env = cli_env(home, TOY_RUN_LOG=str(run_log), INFRARSI_POLL_S="1")
+    env = cli_env(home, INFRARSI_POLL_S="1", **log_runs(toy_repo, run_log))
     cid = int(infrarsi("submit", str(toy_repo / "infrarsi.yaml"), "--executor", executor, "--parsable",
                        env=env).stdout.strip())
     crashed = infrarsi("serve", "--interval", "0.2", "--exit-when-idle", env={**env, "INFRARSI_CRASH_AT": f"{point}:{nth}"},
@@ -76,7 +88,7 @@ def test_embedded_run_resumes_after_sigkill(tmp_path: Path, toy_repo: Path) -> N
     """``infrarsi run`` killed mid-search resumes the same campaign when run again."""
     home = tmp_path / "home"
     run_log = tmp_path / "runs.jsonl"
-    env = cli_env(home, TOY_RUN_LOG=str(run_log))
+    env = cli_env(home, **log_runs(toy_repo, run_log))
     crashed = infrarsi("run", env={**env, "INFRARSI_CRASH_AT": "after_submit:4"}, cwd=toy_repo, check=False)
     assert crashed.returncode == -signal.SIGKILL
     again = infrarsi("run", env=env, cwd=toy_repo)
