@@ -3,7 +3,9 @@
 :func:`check_patch` refuses (raises :class:`~infrarsi.controller.errors.PatchError`, one line naming
 the patch and the path) a diff that
 
-* is empty or not a unified diff, or carries a binary hunk;
+* is empty or not a unified diff, or carries binary data in any shape: ``GIT binary patch``,
+  ``Binary files ... differ``, ``literal``/``delta`` blocks anywhere outside a hunk body (also after
+  ``---``/``+++`` headers), a NUL byte, or bytes that are not UTF-8 (:func:`refuse_binary_bytes`);
 * names an absolute path or one with ``..`` (leaves the repo), or a path inside ``.git``;
 * creates a symlink (pointing out of the repo, or anywhere), or touches a path that is a
   symlink in the repo or lies under a symlinked directory;
@@ -13,7 +15,10 @@ the patch and the path) a diff that
 * leaves a touched ``.py`` file that no longer parses (``ast.parse`` after applying to a
   temporary copy).
 
-``git apply`` always runs with ``GIT_CEILING_DIRECTORIES`` set to the directory's parent:
+Every hunk's lines (also those of an added file) count toward ``max_changed_lines``.
+``git apply`` runs with the controller's hardened git flags and environment
+(:func:`infrarsi.controller.campaign.scope.safe_flags`), and always with ``GIT_CEILING_DIRECTORIES`` set to the
+directory's parent:
 a repo that is a sub-directory of a larger git repository would otherwise make git skip
 every path silently.
 """
