@@ -67,3 +67,19 @@ def test_read_receipt_and_log_tail(tmp_path: Path) -> None:
     big.write_text("x" * 600_000 + "\nCUDA out of memory\n")
     tail = log_tail([big, None, tmp_path / "missing.log"])
     assert tail.endswith("CUDA out of memory\n") and len(tail) < 300_000
+
+
+def test_oversized_receipt_is_not_read(tmp_path: Path) -> None:
+    from infrarsi.controller.executors.classify import read_receipt
+
+    p = tmp_path / "receipt.json"
+    p.write_text('{"wrapper": {"exit_code": 0}, "pad": "' + "x" * 4096 + '"}')
+    assert read_receipt(p) is not None
+    assert read_receipt(p, max_bytes=1024) is None  # refused on its size, before reading
+
+
+def test_wrapper_refusal_is_the_reason_without_receipt() -> None:
+    line = ("infrarsi: error: isolation: bubblewrap /x not available (/x does not exist or is not executable); "
+            "install bubblewrap or set INFRARSI_ISOLATION=none on a trusted single-user machine")
+    c = classify(None, "EXITED", 2, None, "noise\n" + line + "\n")
+    assert c.outcome == "crash" and c.reason.endswith(line)
