@@ -1,4 +1,8 @@
-"""``infrarsi contract check|schema``."""
+"""``infrarsi contract check|schema``.
+
+``check`` prints every problem as ``file:line field: message`` on stdout (one line each) and, when there is any,
+one summary line ``infrarsi: error: ...`` on stderr and exit status 1.  No input makes it print a traceback.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import click
 
 from infrarsi.controller.contract import check_contract
 from infrarsi.controller.contract.model import Contract
+from infrarsi.controller.errors import one_line
 
 
 @click.group()
@@ -22,12 +27,14 @@ def contract() -> None:
 def check(files: tuple[str, ...], as_json: bool) -> None:
     """Report every problem in each contract at once (file:line field: message); exit 1 on any."""
     bad = 0
+    total = 0
     report = {}
     for f in files:
         c, problems = check_contract(f)
         report[f] = problems
         if problems:
             bad += 1
+            total += len(problems)
             if not as_json:
                 for p in problems:
                     click.echo(p)
@@ -39,6 +46,10 @@ def check(files: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report, indent=2))
     if bad:
+        name = one_line(click.format_filename(files[0]).replace("\n", " ").replace("\r", " "), 200)
+        where = f"{bad} of {len(files)} contracts" if len(files) > 1 else name
+        noun = "problem" if total == 1 else "problems"
+        click.echo(f"infrarsi: error: {total} {noun} in {where}", err=True)
         sys.exit(1)
 
 

@@ -6,17 +6,27 @@ invoked, so ``infrarsi --help`` stays fast and a verb's heavy dependencies
 module named here exposes a :class:`click.Command` or :class:`click.Group`.
 
 Errors: any :class:`infrarsi.controller.errors.InfrarsiError` raised by a verb is
-printed as one line ``infrarsi: error: <message>`` and exits with status 2.
+printed as one line ``infrarsi: error: <message>`` and exits with status 2; a usage error is one line
+``infrarsi: error: <message> (see '<command> --help')`` (status 2); any other exception is a bug and prints one
+line ``infrarsi: internal error: <type>: <message> (rerun with INFRARSI_DEBUG=1 for the traceback)`` (status 3).
+Every printed message passes through :func:`infrarsi.controller.redact.redact_text`, so no password reaches the
+terminal, not even from an exception raised deep inside a driver.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import traceback
 
 import click
 
-from infrarsi.controller.errors import InfrarsiError
+from infrarsi.controller.errors import InfrarsiError, one_line
+from infrarsi.controller.redact import redact_text
+
+#: exit status for an exception that is not an InfrarsiError (a bug)
+INTERNAL_ERROR_EXIT = 3
 
 #: verb -> "module:attribute" (the attribute is a click command or group)
 COMMANDS: dict[str, str] = {
@@ -59,21 +69,46 @@ def cli() -> None:
     """infrarsi: verified speedups for LLM training jobs on Slurm."""
 
 
+def _say(prefix: str, message: object) -> None:
+    click.echo(f"infrarsi: {prefix}: {one_line(redact_text(str(message)))}", err=True)
+
+
+def _debug() -> bool:
+    return os.environ.get("INFRARSI_DEBUG", "") not in ("", "0")
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; turn :class:`InfrarsiError` into a one-line message and exit 2."""
+    """Run the CLI; every failure ends as exactly one stderr line and a non-zero exit (see the module docstring)."""
     try:
         cli.main(args=argv, prog_name="infrarsi", standalone_mode=False)
     except InfrarsiError as exc:
-        click.echo(f"infrarsi: error: {exc}", err=True)
+        _say("error", exc)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("infrarsi: aborted", err=True)
         sys.exit(130)
-    except click.ClickException as exc:
+    except click.exceptions.NoArgsIsHelpError as exc:
         exc.show()
+        sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx is not None else "infrarsi"
+        _say("error", f"{exc.format_message()} (see '{where} --help')")
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        _say("error", exc.format_message())
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        # the reader went away (``infrarsi ... | head``): stop quietly, without a second failure at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
+    except Exception as exc:  # the last resort: a bug, but still one line
+        if _debug():
+            click.echo(redact_text("".join(traceback.format_exception(exc))).rstrip("\n"), err=True)
+        message = one_line(redact_text(str(exc)), 300) or "(no message)"
+        _say("internal error", f"{type(exc).__name__}: {message} (rerun with INFRARSI_DEBUG=1 for the traceback)")
+        sys.exit(INTERNAL_ERROR_EXIT)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,6 +4,11 @@
 ``file:line field: message`` lines.  :func:`complete_config` and :func:`is_legal` define the legal knob space
 the search explores: derived knobs (``couplings[].solve``) are computed, every coupling must hold, and the
 resulting tokens per update must equal ``workload.tokens_per_update``.
+
+Everything a later stage would refuse is refused here first, in the same words: environment variable names
+(``launch.env`` keys), single-node launchers with ``nodes > 1`` (``controller/executors/render.py``), commands and
+flag templates that cannot be split into arguments, empty commands, malformed globs.  Every check is linear in
+the contract's size (duplicates by hashing a canonical form; glob expansion stops at :data:`MAX_GLOB_FILES`).
 """
 
 from __future__ import annotations
@@ -14,16 +19,30 @@ import shlex
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
-from infrarsi.controller.contract.model import KNOB_PLACEHOLDER, ConfigApply, Contract, EnvApply, FlagApply, parse_apply
+from infrarsi.controller.contract.model import (
+    KNOB_PLACEHOLDER, ConfigApply, Contract, EnvApply, FlagApply, check_env_name, check_scalar, parse_apply,
+)
 
 KNOWN_PRECISIONS = {"fp32", "tf32", "bf16", "fp16", "fp8", "amp-bf16", "amp-fp16"}
 MAX_ENUMERATION = 200_000
+#: a glob that matches more files than this is refused (a contract names a handful of source files)
+MAX_GLOB_FILES = 100_000
 
 Loc = tuple[Any, ...]
 
 
 def _fmt_values(values: list[Any]) -> str:
-    return "[" + ", ".join(str(v) for v in values) + "]"
+    shown = ", ".join(str(v) for v in values[:12])
+    return "[" + shown + (f", ... ({len(values)} values)" if len(values) > 12 else "") + "]"
+
+
+def _canonical(v: Any) -> tuple[str, Any]:
+    """A hashable key under which two values are equal exactly when :func:`_same` says so."""
+    if isinstance(v, bool):
+        return ("bool", v)
+    if isinstance(v, (int, float)):
+        return ("num", v)  # 1 == 1.0 and hash(1) == hash(1.0)
+    return (type(v).__name__, v)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -39,6 +58,13 @@ def _in(value: Any, values: list[Any]) -> bool:
 
 
 def _bad_glob(pattern: str) -> str | None:
+    if not pattern.strip():
+        return "an empty pattern matches nothing; name a file or a glob like src/**/*.py"
+    if "\x00" in pattern:
+        return "contains a NUL character"
+    for part in pattern.split("/"):
+        if "**" in part and part != "**":
+            return f"'{pattern}': '**' can only be an entire path component (like src/**/*.py)"
     p = PurePosixPath(pattern)
     if p.is_absolute():
         return f"'{pattern}' must be relative to the repo, not absolute"
@@ -60,8 +86,20 @@ def semantic_problems(contract: Contract, base_dir: Path) -> list[tuple[Loc, str
     except ValueError as exc:
         argv = []
         out.append((("launch", "command"), f"cannot be split into arguments: {exc}"))
+    else:
+        if not [a for a in argv if a != KNOB_PLACEHOLDER]:
+            out.append((("launch", "command"), "has no program to run (an empty command)"))
     if contract.launch.launcher == "torchrun-multinode" and contract.launch.nodes < 2:
         out.append((("launch", "nodes"), "launcher torchrun-multinode needs nodes >= 2"))
+    if contract.launch.launcher != "torchrun-multinode" and contract.launch.nodes != 1:
+        out.append((("launch", "nodes"), f"launcher {contract.launch.launcher!r} is single-node, "
+                                         f"got nodes={contract.launch.nodes}"))
+    for key, value in contract.launch.env.items():
+        for check in (check_env_name, lambda _k: check_scalar(value)):
+            try:
+                check(key)
+            except ValueError as exc:
+                out.append((("launch", "env", key), str(exc)))
 
     # trial window
     start, end = contract.trial.window
@@ -77,11 +115,14 @@ def semantic_problems(contract: Contract, base_dir: Path) -> list[tuple[Loc, str
             if msg:
                 out.append(((field, i), msg))
     if repo.is_dir():
-        editable = _expand(repo, contract.editable_files)
-        for i, pat in enumerate(contract.frozen_files):
-            both = sorted(_expand(repo, [pat]) & editable)
-            if both:
-                out.append((("frozen_files", i), f"'{both[0]}' is both frozen and editable"))
+        try:
+            editable = _expand(repo, contract.editable_files)
+            for i, pat in enumerate(contract.frozen_files):
+                both = sorted(_expand(repo, [pat], "frozen_files", i) & editable)
+                if both:
+                    out.append((("frozen_files", i), f"'{both[0]}' is both frozen and editable"))
+        except _GlobError as exc:
+            out.append(((exc.field, exc.index), exc.message))
 
     for i, prec in enumerate(contract.precision_menu):
         if prec not in KNOWN_PRECISIONS:
@@ -95,9 +136,13 @@ def semantic_problems(contract: Contract, base_dir: Path) -> list[tuple[Loc, str
         if knob.name in seen:
             out.append((("knobs", i, "name"), f"duplicate knob name '{knob.name}' (also knobs[{seen[knob.name]}])"))
         seen.setdefault(knob.name, i)
+        first: dict[tuple[str, Any], int] = {}
         for j, v in enumerate(knob.values):
-            if any(_same(v, w) for w in knob.values[:j]):
+            key = _canonical(v)
+            if key in first:
                 out.append((("knobs", i, "values", j), f"duplicate value {v!r}"))
+            else:
+                first[key] = j
         if not _in(knob.reference, knob.values):
             out.append((("knobs", i, "reference"), f"'{knob.reference}' is not one of values {_fmt_values(knob.values)}"))
         if knob.kind == "ordered" and not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in knob.values):
@@ -109,6 +154,14 @@ def semantic_problems(contract: Contract, base_dir: Path) -> list[tuple[Loc, str
             continue
         if isinstance(app, FlagApply):
             has_flag = True
+            for part in ("flag", "when_true", "when_false"):
+                template = getattr(app, part)
+                if template is None:
+                    continue
+                try:
+                    shlex.split(template)
+                except ValueError as exc:
+                    out.append((("knobs", i, "apply", part), f"cannot be split into arguments: {exc}"))
             if app.flag is None and app.when_true is None and app.when_false is None:
                 out.append((("knobs", i, "apply"), "flag apply needs 'flag', 'when_true' or 'when_false'"))
             if app.flag is not None and "{value}" not in app.flag:
@@ -171,14 +224,30 @@ def _one_line(exc: Exception) -> str:
     return text[-1] if text else type(exc).__name__
 
 
-def _expand(repo: Path, patterns: list[str]) -> set[str]:
+class _GlobError(Exception):
+    """A glob that cannot be expanded (invalid for pathlib, or matching too many files)."""
+
+    def __init__(self, field: str, index: int, message: str):
+        super().__init__(message)
+        self.field, self.index, self.message = field, index, message
+
+
+def _expand(repo: Path, patterns: list[str], field: str = "editable_files", first_index: int = 0) -> set[str]:
+    """Files under ``repo`` matched by ``patterns``; _GlobError after MAX_GLOB_FILES matches or on a bad pattern."""
     files: set[str] = set()
-    for pat in patterns:
+    seen = 0
+    for idx, pat in enumerate(patterns):
         if _bad_glob(pat):
             continue
-        for p in repo.glob(pat):
-            if p.is_file():
-                files.add(p.relative_to(repo).as_posix())
+        try:
+            for p in repo.glob(pat):
+                seen += 1
+                if seen > MAX_GLOB_FILES:
+                    raise _GlobError(field, first_index + idx, f"'{pat}' matches more than {MAX_GLOB_FILES} paths")
+                if p.is_file():
+                    files.add(p.relative_to(repo).as_posix())
+        except (ValueError, OSError) as exc:
+            raise _GlobError(field, first_index + idx, f"'{pat}' cannot be expanded: {exc}") from None
     return files
 
 

@@ -9,6 +9,11 @@ that keep tokens per update fixed, globs) live in
 
 Models are strict: an unknown field is an error (``extra="forbid"``), so a
 typo such as ``refrence:`` is reported instead of silently ignored.
+
+Limits: every count, length and magnitude is bounded (the ``MAX_*`` constants), so a contract that passes here
+fits the database columns it lands in and cannot make a later stage slow; floats must be finite.  Values that the
+executors would refuse later (an environment variable name, an ``#SBATCH`` partition or account, a zero time
+limit) are refused here with the executors' own words (``controller/executors/render.py``).
 """
 
 from __future__ import annotations
@@ -20,13 +25,72 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 KNOB_PLACEHOLDER = "{knobs}"
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-_TIME_RE = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)$")
+_TIME_RE = re.compile(r"^(?:(\d{1,4})-)?(?:(\d{1,5}):)?(\d{1,6}):(\d{1,6})$")
+#: what the executors accept as an environment variable name (render.py, local.py)
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: what render.py accepts in an ``#SBATCH`` partition/account value
+SBATCH_NAME_RE = re.compile(r"^[A-Za-z0-9_.+@:=,-]+$")
+
+MAX_NAME_CHARS = 100          # campaign/workload names, knob names, partitions (String(100)/(200) columns)
+MAX_TEXT_CHARS = 8192         # a command line, a description, an environment value
+MAX_PATTERN_CHARS = 1024      # a file glob or a path
+MAX_KNOBS = 100
+MAX_VALUES = 1000             # values of one knob
+MAX_LIST = 1000               # file globs, couplings, env entries, static workload keys
+MAX_INT = 2**53               # largest integer anywhere (exact in JSON and a double)
+MAX_TRIALS = 100_000          # budget.trials (an INTEGER column)
+MAX_UPDATES = 1_000_000
+MAX_REPEATS = 100
+MAX_TIME_S = 365 * 86400      # time limits and pending deadlines
+MAX_GIB = 1_000_000.0         # memory sizes
+MAX_GPU_HOURS = 1e7
 
 Scalar = Union[bool, int, float, str]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def check_scalar(v: Any) -> Any:
+    """A knob/static value within limits: integers within +-2**53, strings without NUL of bounded length."""
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_INT:
+        raise ValueError(f"integer with {len(str(abs(v)))} digits is too large (at most 2**53 in magnitude)")
+    if isinstance(v, str):
+        if len(v) > MAX_TEXT_CHARS:
+            raise ValueError(f"string of {len(v)} characters is too long (at most {MAX_TEXT_CHARS})")
+        if "\x00" in v:
+            raise ValueError("contains a NUL character")
+    return v
+
+
+def check_env_name(name: str) -> str:
+    """``name`` when the executors accept it as an environment variable name; ValueError in their words."""
+    if not ENV_NAME_RE.match(name) or len(name) > MAX_NAME_CHARS:
+        raise ValueError(f"{name[:MAX_NAME_CHARS]!r} is not a valid environment variable name")
+    return name
+
+
+def check_sbatch_name(value: str) -> str:
+    """``value`` when it can be rendered into an ``#SBATCH`` directive; ValueError in render.py's words."""
+    if not SBATCH_NAME_RE.match(value) or len(value) > MAX_NAME_CHARS:
+        raise ValueError(f"{value[:MAX_NAME_CHARS]!r} has characters not allowed in an #SBATCH directive"
+                         if len(value) <= MAX_NAME_CHARS else f"longer than {MAX_NAME_CHARS} characters")
+    return value
+
+
+def parse_slurm_time(value: str) -> int:
+    """Seconds in a Slurm time ``[D-][HH:]MM:SS``; ValueError naming the problem (format, 0, over 365 days)."""
+    m = _TIME_RE.match(value)
+    if m is None:
+        raise ValueError(f"{value[:40]!r} is not a Slurm time like 00:30:00 or 1-00:00:00")
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
+    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    if total <= 0:
+        raise ValueError(f"{value!r} must be > 0 seconds")
+    if total > MAX_TIME_S:
+        raise ValueError(f"{value!r} is longer than 365 days")
+    return total
 
 
 class FlagApply(_Strict):
@@ -49,16 +113,21 @@ class EnvApply(_Strict):
     @field_validator("env")
     @classmethod
     def _env_name(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
-            raise ValueError(f"'{v}' is not a valid environment variable name")
-        return v
+        return check_env_name(v)
 
 
 class ConfigApply(_Strict):
     """Apply a knob by setting ``key`` (dotted path) in the JSON/YAML config ``file`` inside the trial checkout."""
 
-    file: str
-    key: str
+    file: str = Field(min_length=1, max_length=MAX_PATTERN_CHARS)
+    key: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        if any(not part for part in v.split(".")):
+            raise ValueError(f"{v!r} is not a dotted key like optimizer.lr (empty part)")
+        return v
 
 
 Apply = Annotated[Union[FlagApply, EnvApply, ConfigApply], Field(union_mode="left_to_right")]
@@ -67,23 +136,35 @@ Apply = Annotated[Union[FlagApply, EnvApply, ConfigApply], Field(union_mode="lef
 class Knob(_Strict):
     """One launch knob: a named setting with a closed set of allowed values and a reference value."""
 
-    name: str
-    values: list[Scalar] = Field(min_length=1)
+    name: str = Field(max_length=MAX_NAME_CHARS)
+    values: list[Scalar] = Field(min_length=1, max_length=MAX_VALUES)
     reference: Scalar
     apply: dict[str, Any]
     kind: Literal["ordered", "categorical"] = "categorical"
-    mechanism: str | None = None
+    mechanism: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
     batch_factor: bool = Field(
         default=False,
         description="True when the value multiplies the samples per optimizer update (micro-batch, grad accumulation).",
     )
-    description: str = ""
+    description: str = Field(default="", max_length=MAX_TEXT_CHARS)
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
         if not _NAME_RE.match(v):
             raise ValueError(f"'{v}' is not a valid knob name (letters, digits, _ . -)")
+        return v
+
+    @field_validator("reference")
+    @classmethod
+    def _reference(cls, v: Any) -> Any:
+        return check_scalar(v)
+
+    @field_validator("values")
+    @classmethod
+    def _values(cls, v: list[Any]) -> list[Any]:
+        for item in v:
+            check_scalar(item)
         return v
 
     def applier(self) -> FlagApply | EnvApply | ConfigApply:
@@ -113,8 +194,8 @@ class Coupling(_Strict):
     ``times_world_size``) must equal ``equals``.  When ``solve`` names one of the knobs, that knob is derived from
     the others (it is not searched independently)."""
 
-    product: list[str] = Field(min_length=1)
-    equals: int = Field(gt=0)
+    product: list[str] = Field(min_length=1, max_length=MAX_KNOBS)
+    equals: int = Field(gt=0, le=MAX_INT)
     times_world_size: bool = False
     solve: str | None = None
 
@@ -123,32 +204,34 @@ class Launch(_Strict):
     """How a trial is started.  ``command`` is an argv template: a string split with shell rules (never run
     through a shell) where the token ``{knobs}`` is replaced by the flag arguments of the knobs."""
 
-    command: str
+    command: str = Field(max_length=MAX_TEXT_CHARS)
     launcher: Literal["python", "torchrun", "torchrun-multinode"] = "python"
-    nodes: int = Field(default=1, ge=1)
-    gpus_per_node: int = Field(default=0, ge=0)
+    nodes: int = Field(default=1, ge=1, le=10_000)
+    gpus_per_node: int = Field(default=0, ge=0, le=64)
     partition: str | None = None
     account: str | None = None
     time_limit: str = "00:30:00"
-    mem_gb: float | None = Field(default=None, gt=0)
-    cpus_per_task: int | None = Field(default=None, ge=1)
-    env: dict[str, str] = Field(default_factory=dict)
+    mem_gb: float | None = Field(default=None, gt=0, le=MAX_GIB)
+    cpus_per_task: int | None = Field(default=None, ge=1, le=10_000)
+    env: dict[str, str] = Field(default_factory=dict, max_length=MAX_LIST)
     pending_deadline: str | None = Field(
         default=None, description="Cancel (and account) a trial still pending after this long, e.g. 01:00:00.")
 
     @field_validator("time_limit", "pending_deadline")
     @classmethod
     def _time(cls, v: str | None) -> str | None:
-        if v is not None and not _TIME_RE.match(v):
-            raise ValueError(f"'{v}' is not a Slurm time like 00:30:00 or 1-00:00:00")
+        if v is not None:
+            parse_slurm_time(v)
         return v
+
+    @field_validator("partition", "account")
+    @classmethod
+    def _sbatch_name(cls, v: str | None) -> str | None:
+        return None if v is None else check_sbatch_name(v)
 
     @staticmethod
     def _seconds(value: str) -> int:
-        m = _TIME_RE.match(value)
-        assert m is not None
-        days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
-        return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+        return parse_slurm_time(value)
 
     @property
     def time_limit_s(self) -> int:
@@ -169,56 +252,63 @@ class Launch(_Strict):
 class Workload(_Strict):
     """What one optimizer update processes: these must not change between reference and candidate."""
 
-    tokens_per_update: int = Field(gt=0)
-    seq_len: int = Field(gt=0)
-    static: dict[str, Scalar] = Field(default_factory=dict)
+    tokens_per_update: int = Field(gt=0, le=MAX_INT)
+    seq_len: int = Field(gt=0, le=MAX_INT)
+    static: dict[str, Scalar] = Field(default_factory=dict, max_length=MAX_LIST)
+
+    @field_validator("static")
+    @classmethod
+    def _static(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for item in v.values():
+            check_scalar(item)
+        return v
 
 
 class Trial(_Strict):
     """Updates per trial and the timing window (1-based, inclusive): defaults to updates 11-30 of 30."""
 
-    updates: int = Field(default=30, ge=2)
+    updates: int = Field(default=30, ge=2, le=MAX_UPDATES)
     window: tuple[int, int] = (11, 30)
 
 
 class Budget(_Strict):
     """Search budget: GPU-hours over all stages, and the number of search trials."""
 
-    gpu_hours: float = Field(default=10.0, gt=0)
-    trials: int = Field(default=25, ge=1)
+    gpu_hours: float = Field(default=10.0, gt=0, le=MAX_GPU_HOURS)
+    trials: int = Field(default=25, ge=1, le=MAX_TRIALS)
 
 
 class Verification(_Strict):
     """Reference repeats for noise calibration, back-to-back re-runs for promotion, and how many candidates
     are re-run."""
 
-    reference_repeats: int = Field(default=3, ge=2)
-    rerun_pairs: int = Field(default=2, ge=1)
-    promotion_candidates: int = Field(default=2, ge=1)
+    reference_repeats: int = Field(default=3, ge=2, le=MAX_REPEATS)
+    rerun_pairs: int = Field(default=2, ge=1, le=MAX_REPEATS)
+    promotion_candidates: int = Field(default=2, ge=1, le=MAX_REPEATS)
 
 
 class Patches(_Strict):
     """Where candidate source patches come from and how big one may be."""
 
-    dir: str | None = None
-    max_changed_lines: int = Field(default=200, ge=1)
+    dir: str | None = Field(default=None, max_length=MAX_PATTERN_CHARS)
+    max_changed_lines: int = Field(default=200, ge=1, le=MAX_UPDATES)
 
 
 class Contract(_Strict):
     """The whole task contract.  Paths are relative to the contract file's directory (``repo``) or the repo."""
 
-    name: str
-    repo: str = "."
+    name: str = Field(max_length=MAX_NAME_CHARS)
+    repo: str = Field(default=".", min_length=1, max_length=MAX_PATTERN_CHARS)
     launch: Launch
     workload: Workload
     trial: Trial = Field(default_factory=Trial)
-    editable_files: list[str] = Field(default_factory=list)
-    frozen_files: list[str] = Field(default_factory=list)
-    precision_menu: list[str] = Field(default_factory=lambda: ["fp32"])
+    editable_files: list[str] = Field(default_factory=list, max_length=MAX_LIST)
+    frozen_files: list[str] = Field(default_factory=list, max_length=MAX_LIST)
+    precision_menu: list[str] = Field(default_factory=lambda: ["fp32"], max_length=16)
     loss_tolerance: float = Field(default=0.03, gt=0, le=0.5)
-    memory_cap_gib: float = Field(default=80.0, gt=0)
-    knobs: list[Knob] = Field(default_factory=list)
-    couplings: list[Coupling] = Field(default_factory=list)
+    memory_cap_gib: float = Field(default=80.0, gt=0, le=MAX_GIB)
+    knobs: list[Knob] = Field(default_factory=list, max_length=MAX_KNOBS)
+    couplings: list[Coupling] = Field(default_factory=list, max_length=MAX_LIST)
     budget: Budget = Field(default_factory=Budget)
     verification: Verification = Field(default_factory=Verification)
     patches: Patches = Field(default_factory=Patches)

@@ -7,6 +7,7 @@ import io
 import json
 from pathlib import Path
 
+from infrarsi.controller.store.migrate import head_revision
 from tests.campaign.helpers import cli_env, infrarsi
 
 
@@ -15,7 +16,7 @@ def test_db_workload_campaign_finops_verbs(tmp_path: Path, toy_repo: Path, pg_ur
     assert "revision none" in infrarsi("db", "current", env=env).stdout
     behind = infrarsi("campaign", "list", env=env, check=False)
     assert behind.returncode == 2 and "run 'infrarsi db upgrade'" in behind.stderr
-    assert "at revision 0002" in infrarsi("db", "upgrade", env=env).stdout
+    assert f"at revision {head_revision()}" in infrarsi("db", "upgrade", env=env).stdout
     assert "up to date" in infrarsi("db", "current", env=env).stdout
 
     contract = str(toy_repo / "infrarsi.yaml")
