@@ -14,7 +14,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -112,9 +112,28 @@ def _pg(action: str) -> None:
                    capture_output=True, timeout=120)
 
 
-def test_database_restart_under_a_running_daemon(tmp_path: Path, toy_repo: Path, pg_url: str) -> None:
+@pytest.fixture
+def restartable_pg_url(pg_server: str) -> Iterator[str]:
+    """Like ``pg_url``, but its admin engine pings before use: it outlives the server restart."""
     if not Path("/etc/postgresql").is_dir():
         pytest.skip("no local PostgreSQL cluster to restart")
+    name = f"infrarsi_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(pg_server, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield pg_server.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        _wait(lambda: subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1"]).returncode == 0, "PostgreSQL", 60)
+        with admin.connect() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n "
+                              "AND pid <> pg_backend_pid()"), {"n": name})
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()
+
+
+def test_database_restart_under_a_running_daemon(tmp_path: Path, toy_repo: Path, restartable_pg_url: str) -> None:
+    pg_url = restartable_pg_url
     env, run_log, cid = _slow_campaign(tmp_path, toy_repo, pg_url)
     log = tmp_path / "serve.log"
     d = _serve(env, log)
