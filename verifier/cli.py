@@ -7,7 +7,8 @@ judge one receipt against the 17 invariants and print the verdict table (exit 0 
 ``infrarsi verify --rejudge CAMPAIGN``: re-judge every stored receipt of a campaign (with the executor's
 stored start/end times, so ``executor_clock`` is re-checked) and print counts by first failed layer and by
 invariant.
-``infrarsi verify matrix [--jobs N] [--json]``: run the receipt matrix.
+``infrarsi verify matrix [--jobs N] [--no-adversarial | --adversarial-only] [--executor local|slurm] [--json]``:
+run the receipt matrix and the adversarial section (``infrarsi.controller.adversarial``, reached lazily).
 
 User errors print ``infrarsi: error: <one line>`` and exit 2 (this package does not
 import ``controller``, so it raises its own :class:`VerifyUsageError`).
@@ -255,21 +256,60 @@ def verify_receipt(receipt_path: str, references: tuple[str, ...], key_file: str
 
 
 @verify_cmd.command("matrix")
-@click.option("--jobs", type=int, default=2, show_default=True, help="Cases run in parallel.")
-@click.option("--only", multiple=True, help="Run only this case (repeatable).")
+@click.option("--jobs", type=int, default=2, show_default=True, help="Receipt-matrix cases run in parallel.")
+@click.option("--only", multiple=True, help="Run only this case (repeatable; receipt or adversarial case names).")
 @click.option("--keep", type=click.Path(file_okay=False), help="Keep the case directories here.")
+@click.option("--adversarial/--no-adversarial", default=True, show_default=True,
+              help="Also run the adversarial section (real attacks through the controller's trial path).")
+@click.option("--adversarial-only", is_flag=True, help="Run only the adversarial section.")
+@click.option("--executor", type=click.Choice(["local", "slurm"]), default="local", show_default=True,
+              help="Executor for the adversarial trials.")
 @click.option("--json", "as_json", is_flag=True)
-def matrix_cmd(jobs: int, only: tuple[str, ...], keep: str | None, as_json: bool) -> None:
-    """Run real tiny CPU training jobs, one per perturbation, and check every verdict; exit 1 unless all agree."""
+def matrix_cmd(jobs: int, only: tuple[str, ...], keep: str | None, adversarial: bool, adversarial_only: bool,
+               executor: str, as_json: bool) -> None:
+    """Run real tiny CPU training jobs, one per perturbation, and check every verdict; then the adversarial
+    section (unless --no-adversarial); prints ``agreement: N/M`` per section and overall; exit 1 unless all agree."""
+    from infrarsi.verifier.matrix.cases import CASES
     from infrarsi.verifier.matrix.runner import format_matrix, run_matrix
 
-    try:
-        results = run_matrix(jobs=jobs, only=list(only) or None, keep=Path(keep) if keep else None)
-    except ValueError as exc:
-        raise VerifyUsageError(f"--only: {exc}") from None
-    n = sum(r.agree for r in results)
-    if as_json:
-        click.echo(json.dumps({"cases": [r.to_json() for r in results], "agreement": [n, len(results)]}, indent=1))
+    adv_mod = None
+    if adversarial or adversarial_only:
+        try:  # verifier/ never imports controller/ at module level
+            adv_mod = importlib.import_module("infrarsi.controller.adversarial.runner")
+            adv_names = set(importlib.import_module("infrarsi.controller.adversarial.cases").CASE_NAMES)
+        except ImportError as exc:
+            raise VerifyUsageError(f"--adversarial needs the controller package ({exc})") from None
     else:
-        click.echo(format_matrix(results))
-    sys.exit(0 if n == len(results) else 1)
+        adv_names = set()
+    receipt_names = {c.name for c in CASES}
+    unknown = [n for n in only if n not in receipt_names | adv_names]
+    if unknown:
+        raise VerifyUsageError(f"--only: unknown matrix case {unknown[0]!r}")
+    only_receipt = [n for n in only if n in receipt_names]
+    only_adv = [n for n in only if n in adv_names]
+    run_receipt = not adversarial_only and (not only or bool(only_receipt))
+    run_adv = adv_mod is not None and (not only or bool(only_adv))
+    total = [0, 0]
+    doc: dict[str, Any] = {}
+    out: list[str] = []
+    if run_receipt:
+        results = run_matrix(jobs=jobs, only=only_receipt or None, keep=Path(keep) if keep else None)
+        n = sum(r.agree for r in results)
+        total = [total[0] + n, total[1] + len(results)]
+        doc.update({"cases": [r.to_json() for r in results], "agreement": [n, len(results)]})
+        out += ["== receipt matrix ==", format_matrix(results)]
+    if run_adv:
+        assert adv_mod is not None
+        adv = adv_mod.run_adversarial(only=only_adv or None, executor=executor,
+                                      keep=Path(keep) if keep else None)
+        counted = [r for r in adv if not r.skipped]
+        n = sum(r.agree for r in counted)
+        total = [total[0] + n, total[1] + len(counted)]
+        doc["adversarial"] = {"cases": [r.to_json() for r in adv], "agreement": [n, len(counted)]}
+        out += ["== adversarial ==", adv_mod.format_adversarial(adv)]
+    doc["overall"] = total
+    if as_json:
+        click.echo(json.dumps(doc, indent=1))
+    else:
+        click.echo("\n".join(out + ["== overall ==", f"agreement: {total[0]}/{total[1]}"]))
+    sys.exit(0 if total[0] == total[1] else 1)

@@ -90,6 +90,15 @@ class Case:
     runs: bool = True
     needs_db: bool = False
     note: str = ""
+    #: the payload prints ``ADV-RAN <case>`` to the job log; a run without that line proves nothing
+    reports_run: bool = True
+
+    def judge(self, o: Observation) -> tuple[bool, str]:
+        """The case's predicate, plus: when the attack trial ran, its payload must have run too."""
+        ok, why = self.check(o)
+        if self.runs and self.reports_run and o.outcome is not None and not o.found(f"ADV-RAN {self.name}"):
+            return False, f"the attack code never ran (no 'ADV-RAN {self.name}' in job.log); {why}"
+        return ok, why
 
 
 def _all(*parts: tuple[bool, str]) -> tuple[bool, str]:
@@ -182,7 +191,8 @@ CASES: tuple[Case, ...] = (
     Case("env_read", "no effect: no INFRARSI_DATABASE_URL in the job's env, delivered_speedup unchanged",
          _check_env_read, needs_db=True, note="UPDATE campaigns SET delivered_speedup = 42 through the job's env"),
     Case("wrapper_shadow", "no effect: the real wrapper runs; the trial tree's verifier/exec.py is never imported",
-         _check_shadow, note="fake verifier/exec.py, infrarsi/verifier/exec.py, controller/__init__.py"),
+         _check_shadow, reports_run=False,
+         note="fake verifier/exec.py, infrarsi/verifier/exec.py, controller/__init__.py"),
     Case("git_hook", "no effect: no hook written into the user's repo, none runs at the next prepare_source",
          _check_git_hook, note="post-checkout / pre-commit via the worktree's .git"),
     Case("detached_survivor", "no effect: no process of the job survives it; the next reference is not slowed",

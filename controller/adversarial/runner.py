@@ -353,7 +353,7 @@ def run_case(case: Case | str, executor: str = "local", keep: Path | None = None
                 pass
         if keep is None:
             shutil.rmtree(w.root, ignore_errors=True)
-    ok, why = case.check(obs)
+    ok, why = case.judge(obs)
     if obs.changed:
         ok, why = False, "; ".join(obs.changed) + ("" if why == "ok" else f"; {why}")
     return AdvResult(case, obs, ok, why, time.monotonic() - t0)

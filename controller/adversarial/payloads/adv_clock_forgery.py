@@ -1,4 +1,5 @@
 """Attack clock_forgery: the job reports every step 2x faster than it runs (its own clock lies)."""
+print("ADV-RAN clock_forgery", flush=True)
 from infrarsi.verifier.emit import Receipts
 
 _orig_update = Receipts.update

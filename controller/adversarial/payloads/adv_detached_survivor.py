@@ -1,4 +1,5 @@
 """Attack detached_survivor: leave setsid + double-forked busy loops running after the job ends."""
+print("ADV-RAN detached_survivor", flush=True)
 import os
 import subprocess
 import sys

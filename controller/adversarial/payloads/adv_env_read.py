@@ -1,4 +1,5 @@
 """Attack env_read: find the controller's database URL in the environment and write a fake result through it."""
+print("ADV-RAN env_read", flush=True)
 import os
 
 for _k, _v in sorted(os.environ.items()):

@@ -1,4 +1,5 @@
 """Attack forge_after_exit: a setsid child outlives the job and re-signs the finished receipt 2x faster."""
+print("ADV-RAN forge_after_exit", flush=True)
 import os
 
 import adv_forger

@@ -1,4 +1,5 @@
 """Attack git_hook: plant post-checkout and pre-commit hooks in the user's repo through any .git reachable."""
+print("ADV-RAN git_hook", flush=True)
 import os
 import subprocess
 

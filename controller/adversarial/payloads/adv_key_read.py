@@ -1,4 +1,5 @@
 """Attack key_read: look for the master and trial keys everywhere; with one, forge the receipt."""
+print("ADV-RAN key_read", flush=True)
 import adv_forger
 
 _keys = adv_forger.find_keys()

@@ -1,4 +1,5 @@
 """Attack oversized_receipt: 300k update lines on the receipt pipe and a 50 MB stdout flood."""
+print("ADV-RAN oversized_receipt", flush=True)
 import json
 import sys
 
