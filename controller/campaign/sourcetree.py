@@ -30,8 +30,10 @@ from infrarsi.controller.errors import ScopeError
 
 def _resolve_commit(repo: Path, commit: str) -> str:
     """The full hash of ``commit`` in ``repo`` (ScopeError naming it when it is not a commit there)."""
+    if not commit or commit.startswith("-"):
+        raise ScopeError(f"commit {commit!r} is not a commit name")
     try:
-        return git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{commit}^{{commit}}").strip()
+        return git(repo, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}").strip()
     except ScopeError:
         raise ScopeError(f"commit {commit} is not in {repo}: was the locked commit removed (rebase, gc)?") from None
 
@@ -44,10 +46,10 @@ def private_git(repo: Path, tmp: Path) -> Iterator[dict[str, str]]:
     Nothing of ``repo``'s ``.git`` other than its object database is read: not its config (drivers,
     fsmonitor, ``core.worktree``), not its hooks, not ``info/attributes``.
     """
-    common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").strip())
-    fmt = git(repo, "rev-parse", "--show-object-format").strip() or "sha1"
+    common = Path(repo) / git(repo, "rev-parse", "--git-common-dir").strip()  # relative to repo, or absolute
+    fmt = git(repo, "rev-parse", "--show-object-format", check=False).strip() or "sha1"
     gdir = tmp / "git"
-    git(tmp, "init", "-q", "--bare", "--template=", f"--object-format={fmt}", str(gdir))
+    git(tmp, "init", "-q", "--bare", "--template=", *([f"--object-format={fmt}"] if fmt != "sha1" else []), str(gdir))
     info = gdir / "objects" / "info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "alternates").write_text(str((common / "objects").resolve()) + "\n")
