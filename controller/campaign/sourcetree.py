@@ -47,9 +47,9 @@ def private_git(repo: Path, tmp: Path) -> Iterator[dict[str, str]]:
     fsmonitor, ``core.worktree``), not its hooks, not ``info/attributes``.
     """
     common = Path(repo) / git(repo, "rev-parse", "--git-common-dir").strip()  # relative to repo, or absolute
-    fmt = git(repo, "rev-parse", "--show-object-format", check=False).strip() or "sha1"
+    fmt = git(repo, "rev-parse", "--show-object-format", check=False).strip()  # old git echoes the flag
     gdir = tmp / "git"
-    git(tmp, "init", "-q", "--bare", "--template=", *([f"--object-format={fmt}"] if fmt != "sha1" else []), str(gdir))
+    git(tmp, "init", "-q", "--bare", "--template=", *([f"--object-format={fmt}"] if fmt == "sha256" else []), str(gdir))
     info = gdir / "objects" / "info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "alternates").write_text(str((common / "objects").resolve()) + "\n")
