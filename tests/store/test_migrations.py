@@ -78,3 +78,25 @@ def test_events_are_append_only(any_url: str) -> None:
     with pytest.raises(Exception, match="append-only"):
         with store.engine.begin() as conn:
             conn.execute(text("DELETE FROM events"))
+
+
+def test_upgrade_from_stored_0002_adds_the_lease(tmp_path: Path) -> None:
+    """A database stored at 0002 (before the leader lease) upgrades with its rows intact and a working lease."""
+    db = tmp_path / "old2.sqlite"
+    shutil.copy(DATA / "v0002.sqlite", db)
+    url = f"sqlite:///{db}"
+    assert migrate.current_revision(url) == "0002"
+    assert "leader_lease" not in inspect(create_engine(url)).get_table_names()
+    store = open_store(url)
+    assert migrate.current_revision(url) == migrate.head_revision()
+    c = store.get_campaign(1)
+    assert c.name == "old" and c.delivered_speedup == 1.5
+    assert [e["kind"] for e in store.events(1)] == ["campaign.note"]
+    (cost,) = store.finops("campaign_cost")
+    assert cost["gpu_hours"] == pytest.approx(1.75)
+    assert store.lease_info() is None
+    lease = store.lease(lease_s=30)
+    assert lease.acquire() and lease.token == 1
+    migrate.downgrade(url, "0002")  # and back: the lease table goes, the rows stay
+    assert "leader_lease" not in inspect(create_engine(url)).get_table_names()
+    assert migrate.current_revision(url) == "0002"
