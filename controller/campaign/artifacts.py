@@ -58,7 +58,7 @@ def combined_diff(repo: Path, scope: dict[str, Any], patches: list[str]) -> str:
     with scratch_tree(repo, scope["commit"], prefix) as (workdir, env):
         apply_patches(workdir, [(p, scope["patches"][p]) for p in patches])
         src = Path(env["GIT_WORK_TREE"])
-        git(src, "add", "-A", env=env)
+        git(src, "add", "--all", "--force", env=env)  # --force: a created file matching .gitignore counts too
         return git(src, "diff", "--cached", "--no-ext-diff", "--no-textconv", "--no-color",
                    *([f"--relative={prefix}"] if prefix else []), scope["commit"], "--", env=env)
 

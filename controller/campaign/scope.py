@@ -25,7 +25,8 @@ from infrarsi.controller.errors import PatchError, ScopeError
 SAFE_CONFIG: tuple[str, ...] = (
     "core.hooksPath=/dev/null", "core.fsmonitor=false", "core.sshCommand=false", "core.askPass=",
     "core.gitProxy=", "credential.helper=", "protocol.allow=never", "diff.external=", "commit.gpgSign=false",
-    "tag.gpgSign=false", "gpg.program=false", "submodule.recurse=false", "core.pager=cat", "uploadpack.packObjectsHook=",
+    "tag.gpgSign=false", "gpg.program=false", "submodule.recurse=false", "core.pager=cat",
+    "uploadpack.packObjectsHook=",
 )
 #: Per-driver keys that name a command (``filter.<d>.clean`` ...); each found in the config is set to "".
 _DRIVER_KEY = re.compile(r"^(filter|diff|merge)\.(.+)\.(clean|smudge|process|command|textconv|driver)$")
