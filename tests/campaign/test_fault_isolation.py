@@ -72,3 +72,54 @@ def test_poisoned_campaign_fails_alone_and_serve_restarts_cleanly(tmp_path: Path
                             {"c": worst_id}).scalar() == 0
     assert any(k == "campaign.state" and json.loads(p)["to"] == "failed" for k, p in kinds)
     assert live == 0
+
+
+def test_transient_executor_outage_fails_nothing(toy_repo: Path, infrarsi_home: Path) -> None:
+    """The executor unreachable (slurmctld down) for longer than the fault retries: nothing is failed, and the
+    campaign completes once it is back.  The real local executor, behind a switch that makes it unreachable."""
+    import time
+    from typing import Any
+
+    from infrarsi.controller.campaign.engine import CampaignEngine
+    from infrarsi.controller.campaign.runner import create_campaign, executor_factory
+    from infrarsi.controller.daemon import Daemon
+    from infrarsi.controller.errors import ExecutorError
+    from infrarsi.controller.settings import Settings
+    from infrarsi.controller.store import open_store
+
+    settings = Settings.from_env()
+    store = open_store()
+    cid = create_campaign(store, settings, str(toy_repo / "infrarsi.yaml"), executor="local").id
+    real = executor_factory(settings)
+    down = {"on": True}
+
+    class Switched:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            attr = getattr(self.inner, name)
+            if name in ("submit", "poll", "free_slots", "adopt") and down["on"]:
+                def refuse(*_: Any, **__: Any) -> Any:
+                    raise ExecutorError("slurmctld unreachable: Connection refused")
+                return refuse
+            return attr
+
+    engine = CampaignEngine(store, settings, lambda name: Switched(real(name)))
+    daemon = Daemon(store, engine, interval_s=0.05, lease_s=30)
+    assert daemon.lease.acquire()
+    store.set_fence(daemon.lease)
+    for _ in range(12):  # three times the fault budget
+        daemon.cycle()
+    assert store.get_campaign(cid).state == "doctor"  # init needs no executor; doctor waits for it
+    assert daemon.metrics.values["infrarsi_tick_errors_total"] >= 11
+    assert daemon.metrics.values["infrarsi_campaign_faults_total"] == 0
+    assert not [e for e in store.events(cid) if e["kind"] == "campaign.fault"]
+    down["on"] = False
+    deadline = time.monotonic() + 240
+    while store.get_campaign(cid).state not in ("done", "failed"):
+        assert time.monotonic() < deadline, store.get_campaign(cid)
+        daemon.cycle()
+        time.sleep(0.05)
+    assert store.get_campaign(cid).state == "done", store.get_campaign(cid).error
+    daemon.lease.release()
