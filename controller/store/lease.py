@@ -263,7 +263,7 @@ class Heartbeat:
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._on_error = on_error or (lambda msg: None)
-        self._thread = threading.Thread(target=self._loop, name=f"lease-heartbeat", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="lease-heartbeat", daemon=True)
 
     def start(self) -> "Heartbeat":
         self._thread.start()
