@@ -338,7 +338,8 @@ def _isolation(opts: ExecOptions) -> tuple[str | None, dict[str, str]]:
                            "or set INFRARSI_ISOLATION=none on a trusted single-user machine".replace("  ", " "))
     assert bwrap is not None
     return bwrap, {"mode": "bwrap", "detail": f"{sandbox.version(bwrap)}: new pid, ipc, uts, cgroup, user and mount "
-                                              "namespaces; network shared; writable: src, scratch"}
+                                              "namespaces; network: own namespace (loopback only) unless the launch is multi-node; "
+                                              "writable: src, scratch"}
 
 
 def run_wrapped(opts: ExecOptions) -> int:

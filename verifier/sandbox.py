@@ -8,7 +8,9 @@ it.  This module holds only pure functions plus one probe:
   ``INFRARSI_DATABASE_URL``, ``INFRARSI_KEY_FILE``, ``PG*``, cloud credentials, tokens) never pass, even when
   asked for.
 * :func:`bwrap_argv` -- ``bwrap`` options that give the job new PID, IPC, UTS, cgroup, user and mount namespaces
-  (``--unshare-all --share-net``: the network namespace is shared on purpose, NCCL/gloo rendezvous need it),
+  (``--unshare-all``: a private network namespace with only loopback, so a single-node job reaches no service of
+  the host -- not the controller's database on 127.0.0.1, not the Slurm daemons -- while NCCL/gloo rendezvous on
+  localhost between its own ranks still works; multi-node launches share the host's network, ``--share-net``),
   a read-only view of the system (``/usr``, ``/lib*``, ``/bin``, ``/sbin``, a minimal ``/etc``), the
   interpreter's prefixes, the installed ``infrarsi/verifier`` package folder (and nothing else of the infrarsi
   checkout), GPU device nodes when present, and read-write ``src/`` and ``scratch/``.  ``/tmp`` is a private
@@ -137,10 +139,11 @@ def bwrap_argv(bwrap: str, *, src: str, scratch: str, cwd: str, env: Mapping[str
 
     ``hide``: paths that must stay invisible (``out/``, key files) -- masked by an empty tmpfs when they lie
     under ``src``/``scratch``, simply not bound otherwise.  ``extra_rw``: further read-write binds (the receipt
-    FIFO's folder).  ``tmp_size_bytes``: size cap of the private ``/tmp``.  ``multinode``: also bind the munge
-    socket and ``/etc/slurm`` so ``srun`` works inside.
+    FIFO's folder).  ``tmp_size_bytes``: size cap of the private ``/tmp``.  ``multinode``: share the host's network
+    (ranks on other nodes) and bind the munge socket and ``/etc/slurm`` so ``srun`` works inside; otherwise the job
+    gets a network namespace of its own with only loopback.
     """
-    a: list[str] = [bwrap, "--unshare-all", "--share-net", "--die-with-parent", "--new-session",
+    a: list[str] = [bwrap, "--unshare-all", *(["--share-net"] if multinode else []), "--die-with-parent", "--new-session",
                     "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
     if tmp_size_bytes:
         a += ["--size", str(int(tmp_size_bytes))]
@@ -178,7 +181,7 @@ def probe(bwrap: str | None, timeout_s: float = 20.0) -> str | None:
         return f"{BWRAP_ENV}={bwrap} is not an absolute path"
     if not os.access(bwrap, os.X_OK):
         return f"{bwrap} does not exist or is not executable"
-    cmd = [bwrap, "--unshare-all", "--share-net", "--die-with-parent", "--proc", "/proc", "--dev", "/dev",
+    cmd = [bwrap, "--unshare-all", "--die-with-parent", "--proc", "/proc", "--dev", "/dev",
            *_system_binds(), "--", "true"]
     try:
         cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)

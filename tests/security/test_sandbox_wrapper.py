@@ -51,6 +51,31 @@ def test_job_can_import_the_emitter_and_write_src_and_scratch(tmp_path: Path) ->
     assert (t.src / "written.txt").exists() and (t.scratch / "home" / "h.txt").exists()
 
 
+def test_single_node_job_reaches_no_service_of_the_host(tmp_path: Path) -> None:
+    """The controller's database listens on 127.0.0.1 (trust auth on many installs): a job with the host's network
+    could rewrite any row without a password.  A single-node job gets its own network namespace (loopback only)."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    try:
+        t = make_trial(tmp_path, "net")
+        (t.src / "job.py").write_text(
+            "import socket, sys\n"
+            "try:\n    socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=3)\n    print('REACHED')\n"
+            "except OSError as e:\n    print('refused', e)\n"
+            "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1)\n"  # loopback itself works (rendezvous)
+            "c = socket.create_connection(s.getsockname(), timeout=3); print('LOOPBACK OK')\n")
+        proc = run_wrapper(t, [PY, "job.py", str(port)])
+        log = (t.out / "job.log").read_text()
+        assert proc.returncode == 0, log
+        assert "REACHED" not in log and "refused" in log and "LOOPBACK OK" in log, log
+    finally:
+        server.close()
+
+
 @pytest.mark.parametrize("isolation", ["bwrap", "none"])
 def test_detached_survivor_cannot_rewrite_the_receipt(tmp_path: Path, isolation: str) -> None:
     t = make_trial(tmp_path, f"surv-{isolation}")
