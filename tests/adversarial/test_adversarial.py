@@ -4,7 +4,7 @@ Each test runs the attacker's code as a real trial through the controller's tria
 prepare_source, build_spec, a real executor, build_ingest against real reference receipts) and asserts the case's
 predicate: the attack is refused, rejected where expected, or has no effect, and nothing recorded changed (the
 user's repo, its hooks and HEAD, victim files, the master key).  Every test performs the attack; on the code
-before the "Trust" work 8 of the 10 fail (see docs/security.md for which defence stops which).
+before the "Trust" work 9 of the 10 fail (all but clock_forgery) (see docs/security.md for which defence stops which).
 """
 
 from __future__ import annotations
