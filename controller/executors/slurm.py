@@ -369,7 +369,9 @@ class SlurmExecutor(Executor):
             reason=f"{reason} [job {h.job_id} {state or '?'}]",
             receipt_path=receipt_path if receipt_path.exists() else None,
             log_path=log if log.exists() else (slurm_out if slurm_out.exists() else None),
-            start_time=src.start if src else None, end_time=(src.end if src and src.end else time.time()),
+            # no End from Slurm: leave it unknown rather than guess with the poll time (the judge's executor_clock
+            # would read a late poll as a run much longer than the receipt's; ingest then costs the wrapper's wall_s)
+            start_time=src.start if src else None, end_time=(src.end if src and src.end else None),
             gpus=int(meta.get("gpus") or 0))
 
     # ------------------------------------------------------------------ cancel / requeue
