@@ -131,6 +131,7 @@ def _check_env_read(o: Observation) -> tuple[bool, str]:
               or "INFRARSI_KEY_FILE" in ln]
     return _all((not leaked, f"the job saw {leaked[0][8:].split('=')[0] if leaked else ''}"),
                 (o.db_value != 42, "campaigns.delivered_speedup was set to 42 by the job"),
+                (not o.found("ADV-GUESSED"), "the job reached the host's database at a guessed address"),
                 (o.outcome is not None, f"the trial did not run ({o.label})"))
 
 
@@ -188,7 +189,8 @@ CASES: tuple[Case, ...] = (
          _check_forge, note="setsid child waits for out/receipt.json, halves every time, re-signs with the master"),
     Case("key_read", "no effect: the job finds no key (master or trial) and forges nothing", _check_key_read,
          note="INFRARSI_HOME, INFRARSI_KEY_FILE, ~/.local/state, ../out/trial.key, /proc/*/environ"),
-    Case("env_read", "no effect: no INFRARSI_DATABASE_URL in the job's env, delivered_speedup unchanged",
+    Case("env_read", "no effect: no INFRARSI_DATABASE_URL in the job's env, the host's database unreachable, "
+                     "delivered_speedup unchanged",
          _check_env_read, needs_db=True, note="UPDATE campaigns SET delivered_speedup = 42 through the job's env"),
     Case("wrapper_shadow", "no effect: the real wrapper runs; the trial tree's verifier/exec.py is never imported",
          _check_shadow, reports_run=False,
