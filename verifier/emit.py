@@ -23,7 +23,7 @@ strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` so that every line is strict 
   "tokens_per_update", "seq_len", "versions", "extra"}``
 * ``{"kind": "update", "index", "loss", "grad_norm", "tokens", "samples", "seq_len",
   "opt_step", "lr", "batch_digest", "step_time_s", "peak_mem_gib", "phases"}``
-* ``{"kind": "footer", "completed", "extra"?}``
+* ``{"kind": "footer", "completed", "extra"?}`` (``extra``: ``eval``, ``param_norms``, ``resume_loss``, ...)
 """
 
 from __future__ import annotations
@@ -198,16 +198,25 @@ class Receipts:
             }
         )
 
-    def footer(self, completed: int, extra: dict | None = None) -> None:
+    def footer(self, completed: int, extra: dict | None = None, *, eval_loss: float | None = None,
+               param_norms: dict[str, float] | None = None) -> None:
         """Write the footer with the number of updates the job completed.
 
-        ``extra`` optionally carries end-of-run results that conditional checks
-        compare with the reference's: ``{"eval": <float>}`` (eval_matches) and
-        ``{"resume_loss": <float>}`` (resume_continues).
+        ``extra`` optionally carries end-of-run results that L4/L5 compare with the
+        reference's: ``{"eval": <float>}`` (``eval_matches``: the loss on a fixed held-out
+        batch after the last update), ``{"param_norms": {name: float}}`` (``params_match``:
+        per-tensor L2 norms of the final parameters) and ``{"resume_loss": <float>}``
+        (``resume_continues``).  ``eval_loss`` / ``param_norms`` are shorthands that set
+        those two keys (they win over the same keys in ``extra``).
         """
+        ex: dict[str, Any] = dict(extra or {})
+        if eval_loss is not None:
+            ex["eval"] = _to_float(eval_loss)
+        if param_norms is not None:
+            ex["param_norms"] = {str(k): _to_float(v) for k, v in param_norms.items()}
         line: dict[str, Any] = {"kind": "footer", "completed": int(completed)}
-        if extra:
-            line["extra"] = dict(extra)
+        if ex:
+            line["extra"] = ex
         self._write(line)
 
     def close(self) -> None:

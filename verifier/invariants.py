@@ -14,6 +14,7 @@ import math
 import statistics
 from typing import Any, Sequence
 
+from infrarsi.verifier import numerics as nm
 from infrarsi.verifier.receipt import Receipt, num
 from infrarsi.verifier.spec import Item, JudgeSpec
 from infrarsi.verifier.trust import limits_note, limits_problem
@@ -251,84 +252,72 @@ def optimizer_steps(trial: Receipt, refs: Refs, spec: JudgeSpec) -> Item:
 
 
 # ---------------------------------------------------------------- L4 ----------
+# The comparisons and their calibrated tolerances live in infrarsi.verifier.numerics (docs/verifier.md, "Numerics").
+def _curve(r: Receipt, key: str) -> list[float]:
+    return [num(u.get(key)) for u in r.updates]
+
+
 def _window_losses(r: Receipt, window: tuple[int, int]) -> list[float]:
     s, e = window
     return [num(u.get("loss")) for u in r.updates[s - 1:e]]
 
 
-def _ref_curve(refs: Refs, window: tuple[int, int]) -> list[float]:
-    curves = [_window_losses(r, window) for r in refs]
-    k = min(len(c) for c in curves) if curves else 0
-    return [statistics.fmean(c[i] for c in curves) for i in range(k)]
+def _klass(trial: Receipt, refs: Refs) -> str | None:
+    """The precision class the trial is compared in: the lower of its and the reference's precision."""
+    rp = refs[0].header.get("precision") if refs and refs[0].header else None
+    return nm.comparison_class((trial.header or {}).get("precision"), rp)
 
 
 def loss_sigma(refs: Refs, window: tuple[int, int]) -> tuple[float, float]:
     """(sigma_l, largest per-update relative disagreement) of the reference repeats in the window.
 
-    sigma_l is the per-update relative loss noise: from paired repeat differences
-    (/sqrt 2) with two or more repeats, else from successive differences of the one
-    reference curve (/sqrt 2; it includes the trend, so it errs wide).
+    sigma_l is the per-run relative loss noise from every pair of repeats (see
+    :func:`infrarsi.verifier.numerics.repeat_sigma`); NaN with a single repeat.
     """
-    curves = [_window_losses(r, window) for r in refs]
-    k = min((len(c) for c in curves), default=0)
-    if k == 0:
-        return math.nan, 0.0
-    mean = abs(statistics.fmean(statistics.fmean(c[:k]) for c in curves)) or 1.0
-    if len(curves) >= 2:
-        diffs = [(a[i] - b[i]) / mean for a, b in zip(curves, curves[1:]) for i in range(k)]
-        worst = max(_rel(a[i], b[i]) for a, b in zip(curves, curves[1:]) for i in range(k))
-        sigma = math.sqrt(statistics.fmean(d * d for d in diffs) / 2)
-        return sigma, worst
-    c = curves[0][:k]
-    if k < 2:
-        return math.nan, 0.0
-    d = [(b - a) / mean for a, b in zip(c, c[1:])]
-    return math.sqrt(statistics.fmean(x * x for x in d) / 2), 0.0
+    sigma, worst = nm.repeat_sigma([_window_losses(r, window) for r in refs])
+    return (math.nan if sigma is None else sigma), worst
+
+
+def _compare_series(name: str, key: str, label: str, trial: Receipt, refs: Refs, spec: JudgeSpec,
+                    per_update: bool) -> tuple[str, str]:
+    """(status, reason) of one per-update series against the reference repeats (see numerics.compare_curve)."""
+    curves = [_curve(r, key) for r in refs]
+    sigma, _ = nm.repeat_sigma(curves)
+    tol = nm.calibrate(name, _klass(trial, refs), sigma, nm.cap_for(name, spec.tau, spec.tau_eval))
+    res = nm.compare_curve(label, _curve(trial, key), curves, tol, spec.window, per_update=per_update)
+    return ("pass" if res.ok else "fail"), res.message
 
 
 def loss_within_tolerance(trial: Receipt, refs: Refs, spec: JudgeSpec, data_order_verified: bool = False) -> Item:
-    """Window-mean relative loss deviation <= tau; tau widened to 3*sigma_l*sqrt(2/k) when the run stopped
-    before the window's end or the reference repeats disagree beyond tau; per-update max when the order is verified."""
-    if not refs:
-        return Item("loss_within_tolerance", "L4", "unchecked", "no reference")
-    s, e = spec.window
-    ref = _ref_curve(refs, spec.window)
-    cand = _window_losses(trial, spec.window)
-    k = min(len(cand), len(ref))
-    if k == 0:
-        return Item("loss_within_tolerance", "L4", "unchecked", f"no losses inside the window {s}..{e}")
-    cand, ref = cand[:k], ref[:k]
-    if not all(math.isfinite(v) for v in cand):
-        return Item("loss_within_tolerance", "L4", "fail", "non-finite loss inside the window")
-    sigma, worst = loss_sigma(refs, spec.window)
-    stopped = k < e - s + 1
-    tau, how = spec.tau, "tau"
-    if (stopped or worst > spec.tau) and math.isfinite(sigma):
-        tau, how = max(spec.tau, 3 * sigma * math.sqrt(2 / k)), "widened tau"
-    if data_order_verified and how == "tau" and not spec.equivalent_data_order:
-        devs = [_rel(a, b) for a, b in zip(cand, ref)]
-        j = max(range(k), key=devs.__getitem__)
-        ok = devs[j] <= tau
-        msg = f"largest per-update deviation {devs[j]:.2%} (update {s + j}) {'<=' if ok else '>'} {how} {tau:.2%}"
-    else:
-        dev = _rel(statistics.fmean(cand), statistics.fmean(ref))
-        ok = dev <= tau
-        msg = f"window-mean deviation {dev:.2%} over {k} updates {'<=' if ok else '>'} {how} {tau:.2%}"
-    return Item("loss_within_tolerance", "L4", "pass" if ok else "fail", msg)
+    """Every update's loss within the calibrated tolerance of the reference repeats' mean (data order verified).
+
+    Tolerance = min(tau, max(K_SIGMA * sigma_repeats, floor[precision class])).  Without a
+    verified order (``equivalent_data_order`` or no digests), or when the repeats disagree beyond
+    tau, the window mean is compared at tau (widened to 3 sigma sqrt(2/k) for noisy repeats).
+    """
+    if not refs or not all(r.updates for r in refs):
+        return Item("loss_within_tolerance", "L4", "unchecked", "no reference losses")
+    if not trial.updates:
+        return Item("loss_within_tolerance", "L4", "unchecked", "no update lines")
+    per_update = data_order_verified and not spec.equivalent_data_order
+    status, msg = _compare_series("loss", "loss", "loss", trial, refs, spec, per_update)
+    return Item("loss_within_tolerance", "L4", status, msg)
 
 
 def grad_norm_within_tol(trial: Receipt, refs: Refs, spec: JudgeSpec, first_batch_proven: bool = False) -> Item:
-    """First-update gradient norm within tau of the reference's; a veto only when the first batch is proven equal."""
+    """Every update's gradient norm within the calibrated tolerance of the reference repeats' mean.
+
+    A veto only when the data order is proven equal (``first_batch_proven``: same_data passed in
+    order); otherwise the window mean is reported (info).  Cap: GRAD_NORM_CAP_FACTOR * tau.
+    """
     if not refs or not trial.updates or not all(r.updates for r in refs):
-        return Item("grad_norm_within_tol", "L4", "unchecked", "no first update to compare", required=first_batch_proven)
-    g = num(trial.updates[0].get("grad_norm"))
-    rg = statistics.fmean(num(r.updates[0].get("grad_norm")) for r in refs)
-    dev = _rel(g, rg)
-    ok = dev <= spec.tau
-    msg = f"first-update gradient norm {g:.4g} vs {rg:.4g} ({dev:.2%})"
+        return Item("grad_norm_within_tol", "L4", "unchecked", "no gradient norms to compare",
+                    required=first_batch_proven)
     if not first_batch_proven:
-        return Item("grad_norm_within_tol", "L4", "info", msg + "; report only, first batch not proven", required=False)
-    return Item("grad_norm_within_tol", "L4", "pass" if ok else "fail", msg + f" {'<=' if ok else '>'} tau {spec.tau:.2%}")
+        _, msg = _compare_series("grad_norm", "grad_norm", "gradient norm", trial, refs, spec, per_update=False)
+        return Item("grad_norm_within_tol", "L4", "info", msg + "; report only, data order not proven", required=False)
+    status, msg = _compare_series("grad_norm", "grad_norm", "gradient norm", trial, refs, spec, per_update=True)
+    return Item("grad_norm_within_tol", "L4", status, msg)
 
 
 def _footer_extra(r: Receipt, key: str) -> float | None:
@@ -351,18 +340,80 @@ def _conditional_compare(name: str, key: str, active: bool, tau: float, trial: R
 
 
 def eval_matches(trial: Receipt, refs: Refs, spec: JudgeSpec) -> Item:
-    """(Conditional) the footer's ``eval`` value within tau_eval of the reference's."""
-    return _conditional_compare("eval_matches", "eval", spec.check_eval, spec.tau_eval, trial, refs)
+    """The footer's ``eval`` (held-out loss after the last update) within the calibrated tolerance of the references'.
+
+    Active when ``spec.check_eval`` or when every reference footer carries ``eval``; then a
+    trial that stops reporting it fails.  Tolerance: min(tau_eval, max(K_SIGMA * sigma, floor)).
+    """
+    ref_vals = [_footer_extra(r, "eval") for r in refs]
+    have = bool(refs) and all(v is not None for v in ref_vals)
+    if not have:
+        if spec.check_eval:
+            return Item("eval_matches", "L4", "unchecked", "'eval' missing from the reference footer")
+        return Item("eval_matches", "L4", "unchecked", "the reference reports no eval loss", required=False)
+    got = _footer_extra(trial, "eval")
+    if got is None:
+        return Item("eval_matches", "L4", "fail", "eval loss no longer reported (the reference reported it)")
+    vals = [float(v) for v in ref_vals if v is not None]
+    want = math.fsum(vals) / len(vals)
+    tol = nm.calibrate("eval", _klass(trial, refs), nm.scalar_sigma(vals), nm.cap_for("eval", spec.tau, spec.tau_eval))
+    dev = nm.rel(got, want)
+    ok = dev <= tol.value
+    return Item("eval_matches", "L4", "pass" if ok else "fail",
+                f"eval loss {got:.6g} vs reference {want:.6g}: deviation {dev:.3%} {'<=' if ok else '>'} {tol.describe()}")
+
+
+def _norms(r: Receipt) -> dict[str, float] | None:
+    v = ((r.footer or {}).get("extra") or {}).get("param_norms")
+    if isinstance(v, list):
+        v = {str(i): x for i, x in enumerate(v)}
+    if not isinstance(v, dict) or not v:
+        return None
+    try:
+        return {str(k): num(x) for k, x in v.items()}
+    except (TypeError, ValueError):
+        return None
+
+
+def params_match(trial: Receipt, refs: Refs, spec: JudgeSpec) -> Item:
+    """(Checksum of the final parameters) the footer's ``param_norms`` match the reference repeats' mean.
+
+    Deviation = ||n_trial - n_ref||_2 / ||n_ref||_2 over the per-tensor L2 norms (a dict
+    name -> norm, or a list); tolerance min(tau, max(K_SIGMA * sigma, floor)).  Active when every
+    reference reports the norms; then a trial that drops them or reports other tensors fails.
+    """
+    ref_norms = [_norms(r) for r in refs]
+    if not refs or any(n is None for n in ref_norms):
+        return Item("params_match", "L4", "unchecked", "the reference reports no parameter norms", required=False)
+    rn = [n for n in ref_norms if n is not None]
+    got = _norms(trial)
+    if got is None:
+        return Item("params_match", "L4", "fail", "parameter norms no longer reported (the reference reported them)")
+    want = nm.mean_norms(rn)
+    if set(got) != set(want):
+        diff = sorted(set(got) ^ set(want))
+        return Item("params_match", "L4", "fail",
+                    f"{len(diff)} parameter tensor(s) differ from the reference's, first {diff[0]!r}")
+    tol = nm.calibrate("params", _klass(trial, refs), nm.norms_sigma(rn), nm.cap_for("params", spec.tau, spec.tau_eval))
+    dev = nm.norms_deviation(got, want)
+    ok = dev <= tol.value
+    return Item("params_match", "L4", "pass" if ok else "fail",
+                f"final parameter norms ({len(want)} tensors) deviate {dev:.3%} {'<=' if ok else '>'} {tol.describe()}")
 
 
 def precision(trial: Receipt, refs: Refs, spec: JudgeSpec) -> Item:
-    """Reported precision compared with the reference's (informational); outside the declared menu fails."""
+    """Reported precision compared with the reference's (informational); outside the declared menu fails.
+
+    The numerical checks above compare in the lower precision class of the two.
+    """
     p = (trial.header or {}).get("precision")
     rp = refs[0].header.get("precision") if refs and refs[0].header else None
     if spec.precision_menu and p not in spec.precision_menu:
         return Item("precision", "L4", "fail", f"precision {p!r} outside the menu {list(spec.precision_menu)}")
+    klass = _klass(trial, refs)
     if p != rp:
-        return Item("precision", "L4", "info", f"precision {p!r}, reference {rp!r}", required=False)
+        return Item("precision", "L4", "info", f"precision {p!r}, reference {rp!r}: compared as {klass or 'unknown'}",
+                    required=False)
     return Item("precision", "L4", "pass", f"precision {p!r} as the reference", required=False)
 
 

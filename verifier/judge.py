@@ -33,8 +33,9 @@ PAPER_INVARIANTS: tuple[tuple[str, str], ...] = (
     ("L4", "loss_within_tolerance"), ("L4", "grad_norm_within_tol"), ("L4", "eval_matches"), ("L4", "precision"),
     ("L5", "timing_consistent"), ("L5", "speed_reproduces"), ("L5", "resume_continues"), ("L5", "user_tests"),
 )
-#: every invariant judge() reports, in order: the paper's 16, then the executor's independent clock
-INVARIANTS: tuple[tuple[str, str], ...] = PAPER_INVARIANTS + (("L5", "executor_clock"),)
+#: every invariant judge() reports, in order: the paper's 16, then the executor's independent clock, then the
+#: final-parameter checksum (L4 params_match, docs/verifier.md "Numerics")
+INVARIANTS: tuple[tuple[str, str], ...] = PAPER_INVARIANTS + (("L5", "executor_clock"), ("L4", "params_match"))
 #: ``(start, end)`` unix seconds as the executor saw the trial run (either may be None: unknown)
 ExecutorWindow = tuple["float | None", "float | None"]
 
@@ -55,7 +56,7 @@ def judge(
     uses ``spec.margin``.  ``user_test_codes`` maps test command -> exit code.
     ``executor_window`` = (start, end) unix seconds from the executor (outside the trial);
     without it ``executor_clock`` is unchecked and not required.
-    Returns a :class:`Verdict` with all 17 items in :data:`INVARIANTS` order.
+    Returns a :class:`Verdict` with every item of :data:`INVARIANTS`, in that order.
     """
     refs = list(references)
     data = inv.same_data(trial, refs, spec)
@@ -86,6 +87,7 @@ def judge(
     items.append(inv.resume_continues(trial, refs, spec))
     items.append(inv.user_tests(user_test_codes, spec.check_user_tests))
     items.append(trust.executor_clock(trial, executor_window))
+    items.append(inv.params_match(trial, refs, spec))
     return Verdict.of(items)
 
 

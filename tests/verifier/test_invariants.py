@@ -7,6 +7,7 @@ import math
 import pytest
 
 from infrarsi.verifier import invariants as inv
+from infrarsi.verifier import numerics as nm
 from infrarsi.verifier.spec import JudgeSpec
 
 
@@ -142,21 +143,24 @@ def test_loss_per_update_when_order_verified_and_window_mean_otherwise(make, spe
     assert item.status == "fail" and "window-mean" in item.reason
 
 
-def test_loss_tau_widened_when_reference_repeats_disagree(make, spec):
+def test_loss_tolerance_widens_to_the_window_mean_when_reference_repeats_disagree(make, spec):
     noisy = [make(lambda d, s=s: [u.update(loss=u["loss"] * (1 + 0.08 * ((-1) ** (u["index"] + s)))) for u in d["updates"]])
              for s in (0, 1)]
     sigma, worst = inv.loss_sigma(noisy, spec.window)
     assert worst > spec.tau and sigma > 0.05
+    full_sigma = nm.repeat_sigma([[u["loss"] for u in r.updates] for r in noisy])[0]
     shifted = make(lambda d: [u.update(loss=u["loss"] * 1.05) for u in d["updates"]])
     item = inv.loss_within_tolerance(shifted, noisy, spec, data_order_verified=True)
-    assert item.status == "pass" and "widened" in item.reason
-    assert abs(float(item.reason.split("widened tau ")[1].rstrip("%")) / 100 - 3 * sigma * math.sqrt(2 / 9)) < 1e-3
+    assert item.status == "pass" and "widened cap" in item.reason
+    assert abs(float(item.reason.split("noisy repeats) ")[1].rstrip("%")) / 100 - 3 * full_sigma * math.sqrt(2 / 9)) < 1e-3
 
 
-def test_loss_tau_widened_when_run_stopped_early(make, spec):
+def test_loss_of_a_run_stopped_early_is_compared_on_the_updates_it_has(make, spec):
     early = make(lambda d: d.update(updates=d["updates"][:8]))
     item = inv.loss_within_tolerance(early, [make()], spec, data_order_verified=True)
-    assert "widened" in item.reason
+    assert item.status == "pass" and "of 8" in item.reason
+    bumped = make(lambda d: (d.update(updates=d["updates"][:8]), d["updates"][5].update(loss=d["updates"][5]["loss"] * 1.01)))
+    assert inv.loss_within_tolerance(bumped, [make()], spec, data_order_verified=True).status == "fail"
 
 
 def test_grad_norm_is_a_report_unless_first_batch_proven(make, spec):
@@ -168,14 +172,97 @@ def test_grad_norm_is_a_report_unless_first_batch_proven(make, spec):
     assert inv.grad_norm_within_tol(make(), [make()], spec, first_batch_proven=True).status == "pass"
 
 
-def test_eval_and_resume_conditional(make, spec):
+def test_cheating_after_the_first_update_fails_loss_and_grad_norm(make, spec):
+    """The red-team attack: update 1 honest, then half the micro-batches (loss ~2% off, gradient norm ~20% off)."""
+    def cheat(d):
+        for u in d["updates"][1:]:
+            u["loss"] *= 1.0224
+            u["grad_norm"] *= 1.2
+    trial, refs = make(cheat), [make(), make(seed=2), make(seed=3)]
+    loss = inv.loss_within_tolerance(trial, refs, spec, data_order_verified=True)
+    grad = inv.grad_norm_within_tol(trial, refs, spec, first_batch_proven=True)
+    assert loss.status == "fail" and "fp32 floor" in loss.reason and "2.240%" in loss.reason, loss.reason
+    assert grad.status == "fail" and "20.000%" in grad.reason, grad.reason
+
+
+@pytest.mark.parametrize("update", [2, 7, 12])
+def test_a_single_cheated_update_anywhere_fails(make, spec, update):
+    """Every update is compared: one update's loss 0.1% off (under the old flat 3%) fails in fp32."""
+    trial = make(lambda d: d["updates"][update - 1].update(loss=d["updates"][update - 1]["loss"] * 1.001))
+    item = inv.loss_within_tolerance(trial, [make(), make(seed=2)], spec, data_order_verified=True)
+    assert item.status == "fail" and f"update {update} " in item.reason
+
+
+def test_lower_precision_gets_the_wider_floor_of_its_class(make, spec):
+    off = lambda d: [u.update(loss=u["loss"] * 1.001) for u in d["updates"]]  # noqa: E731
+    fp32 = inv.loss_within_tolerance(make(off), [make()], spec, data_order_verified=True)
+    bf16 = inv.loss_within_tolerance(make(lambda d: (off(d), d["header"].update(precision="bf16"))), [make()], spec,
+                                     data_order_verified=True)
+    assert fp32.status == "fail" and bf16.status == "pass" and "bf16 floor" in bf16.reason
+    prec = inv.precision(make(lambda d: d["header"].update(precision="bf16")), [make()], spec)
+    assert "compared as bf16" in prec.reason
+
+
+def test_noisy_reference_repeats_raise_the_tolerance_up_to_tau(make, spec):
+    jitter = lambda k: (lambda d: [u.update(loss=u["loss"] * (1 + 1e-3 * ((u["index"] * k) % 3 - 1)))  # noqa: E731
+                                   for u in d["updates"]])
+    refs = [make(jitter(1)), make(jitter(2)), make(jitter(5))]
+    sigma = nm.repeat_sigma([[u["loss"] for u in r.updates] for r in refs])[0]
+    assert sigma is not None and nm.K_SIGMA * sigma > nm.FLOORS["fp32"]["loss"]
+    trial = make(lambda d: [u.update(loss=u["loss"] * 1.001) for u in d["updates"]])   # 0.1% > fp32 floor 0.02%
+    item = inv.loss_within_tolerance(trial, refs, spec, data_order_verified=True)
+    assert item.status == "pass" and "repeat sigma" in item.reason, item.reason
+    far = make(lambda d: [u.update(loss=u["loss"] * 1.02) for u in d["updates"]])
+    assert inv.loss_within_tolerance(far, refs, spec, data_order_verified=True).status == "fail"
+
+
+def _footer(eval_loss=None, norms=None, resume=None):
+    def edit(d):
+        extra = {}
+        if eval_loss is not None:
+            extra["eval"] = eval_loss
+        if norms is not None:
+            extra["param_norms"] = norms
+        if resume is not None:
+            extra["resume_loss"] = resume
+        d["footer"]["extra"] = extra
+    return edit
+
+
+def test_eval_active_when_the_reference_reports_it(make, spec):
     assert not inv.eval_matches(make(), [make()], spec).rejects
     on = JudgeSpec(updates=12, window=(4, 12), check_eval=True, check_resume=True)
-    assert inv.eval_matches(make(), [make()], on).status == "unchecked"
-    ev = lambda v: (lambda d: d["footer"].update(extra={"eval": v, "resume_loss": v}))  # noqa: E731
-    assert inv.eval_matches(make(ev(2.0)), [make(ev(2.01))], on).status == "pass"
-    assert inv.eval_matches(make(ev(2.5)), [make(ev(2.0))], on).status == "fail"
-    assert inv.resume_continues(make(ev(2.5)), [make(ev(2.0))], on).status == "fail"
+    assert inv.eval_matches(make(), [make()], on).status == "unchecked" and inv.eval_matches(make(), [make()], on).rejects
+    refs = [make(_footer(2.0)), make(_footer(2.0))]
+    assert inv.eval_matches(make(_footer(2.0002)), refs, spec).status == "pass"        # 0.01% <= fp32 floor 0.02%
+    off = inv.eval_matches(make(_footer(2.01)), refs, spec)                            # 0.5%: under tau, over the floor
+    assert off.status == "fail" and "fp32 floor" in off.reason
+    dropped = inv.eval_matches(make(), refs, spec)
+    assert dropped.status == "fail" and "no longer reported" in dropped.reason
+    assert inv.eval_matches(make(_footer(2.01, )), [make(_footer(2.0))], JudgeSpec(updates=12, window=(4, 12), tau_eval=0.001)).status == "fail"
+    assert inv.resume_continues(make(_footer(resume=2.5)), [make(_footer(resume=2.0))], on).status == "fail"
+
+
+NORMS = {"emb.weight": 5.0, "fc.weight": 2.0, "fc.bias": 0.05}
+
+
+def test_params_match(make, spec):
+    refs = [make(_footer(norms=NORMS)), make(_footer(norms=NORMS))]
+    assert inv.params_match(make(_footer(norms=dict(NORMS))), refs, spec).status == "pass"
+    moved = dict(NORMS, **{"fc.weight": 2.01})                                          # ||d|| / ||n|| = 0.19%
+    item = inv.params_match(make(_footer(norms=moved)), refs, spec)
+    assert item.status == "fail" and "fp32 floor" in item.reason
+    assert inv.params_match(make(_footer(norms=moved)), refs, spec).rejects
+    dropped = inv.params_match(make(), refs, spec)
+    assert dropped.status == "fail" and "no longer reported" in dropped.reason
+    other = inv.params_match(make(_footer(norms={"emb.weight": 5.0, "fc.weight": 2.0})), refs, spec)
+    assert other.status == "fail" and "'fc.bias'" in other.reason
+    as_list = inv.params_match(make(_footer(norms=[5.0, 2.0])), [make(_footer(norms=[5.0, 2.0]))], spec)
+    assert as_list.status == "pass"
+    absent = inv.params_match(make(_footer(norms=NORMS)), [make()], spec)
+    assert absent.status == "unchecked" and not absent.rejects
+    garbage = inv.params_match(make(_footer(norms={"emb.weight": "NaN", "fc.weight": 2.0, "fc.bias": 0.05})), refs, spec)
+    assert garbage.status == "fail"
 
 
 def test_precision(make, spec):

@@ -112,4 +112,4 @@ def test_garbage_values_from_a_misbehaving_job_never_crash_the_judge(make, spec,
         d["header"]["params"] = value
         d["footer"]["completed"] = value
     v = judge(make(garble), [make()], spec)
-    assert not v.accepted and len(v.items) == len(INVARIANTS) == 17
+    assert not v.accepted and len(v.items) == len(INVARIANTS) == 18

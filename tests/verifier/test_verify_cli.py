@@ -66,7 +66,7 @@ def test_verify_accepts_and_prints_the_table(runs):
     assert p.returncode == 0, p.stdout + p.stderr
     rows = p.stdout.splitlines()
     assert rows[0].split() == ["layer", "invariant", "status", "req", "reason"]
-    assert len(rows) == 1 + 17 + 1 and rows[-1] == "accepted"
+    assert len(rows) == 1 + 18 + 1 and rows[-1] == "accepted"
 
 
 def test_verify_rejects_naming_the_invariant(runs):

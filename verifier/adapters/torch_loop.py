@@ -1,7 +1,8 @@
 """Adapter for a plain PyTorch training loop (torch is imported lazily).
 
 Helpers: :func:`model_digest`, :func:`param_count`, :func:`batch_digest`,
-:func:`peak_mem_gib`, :func:`software_versions`, and :class:`ReceiptLogger`, which
+:func:`peak_mem_gib`, :func:`software_versions`, :func:`param_norms` (the final-parameter
+checksum of the footer), and :class:`ReceiptLogger`, which
 lets a plain loop emit receipts with a handful of added lines::
 
     from infrarsi.verifier.adapters.torch_loop import ReceiptLogger
@@ -12,7 +13,7 @@ lets a plain loop emit receipts with a handful of added lines::
         rl.grads()                       # gradient norm, before clipping / the optimizer step
         optimizer.step(); optimizer.zero_grad()
         rl.end(loss)                     # stops the clock, writes the line
-    rl.finish()
+    rl.finish(eval_loss=held_out_loss(model))   # footer: eval loss + per-tensor parameter norms
 """
 
 from __future__ import annotations
@@ -83,6 +84,22 @@ def software_versions() -> dict[str, str]:
             out["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
         except Exception:  # noqa: BLE001 - NCCL may be absent in CPU builds
             pass
+    return out
+
+
+def param_norms(model: Any, digits: int = 10) -> dict[str, float]:
+    """Per-tensor L2 norms of the parameters, ``{name: norm}`` in ``named_parameters`` order.
+
+    The footer's final-parameter checksum (``extra.param_norms``): computed in float32
+    (float64 accumulation would not change the comparison), rounded to ``digits``
+    significant digits so the receipt stays small.  Tied parameters appear once.
+    """
+    import torch
+
+    out: dict[str, float] = {}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            out[name] = float(f"{float(p.detach().float().norm(2).item()):.{digits}g}")
     return out
 
 
@@ -220,6 +237,18 @@ class ReceiptLogger:
             float(lr or 0.0), self._digest, dt, peak_mem_gib(), self.phases or None,
         )
 
-    def finish(self) -> None:
-        """Write the footer with the number of updates logged."""
-        self.rx.footer(self.index)
+    def finish(self, eval_loss: Any = None, extra: dict | None = None, norms: bool = True) -> None:
+        """Write the footer: the number of updates logged, and the end-of-run numerics.
+
+        ``eval_loss`` (a float or a 0-d tensor) is the loss on a fixed held-out batch after
+        the last update (footer ``extra.eval``, compared by L4 ``eval_matches``);
+        ``norms`` adds ``extra.param_norms`` = :func:`param_norms` of the final model (L4
+        ``params_match``).  ``extra`` is merged last (e.g. ``{"resume_loss": x}``).
+        """
+        out: dict[str, Any] = {}
+        if eval_loss is not None:
+            out["eval"] = float(eval_loss.detach().float().item()) if hasattr(eval_loss, "detach") else float(eval_loss)
+        if norms and getattr(self.rx, "active", True):
+            out["param_norms"] = param_norms(self.model)
+        out.update(extra or {})
+        self.rx.footer(self.index, extra=out or None)
