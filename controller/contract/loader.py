@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import stat
 import warnings
 from dataclasses import dataclass
@@ -44,14 +45,22 @@ except ImportError:  # pragma: no cover
 Loc = tuple[str | int, ...]
 
 
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
 def format_loc(loc: Sequence[str | int]) -> str:
-    """``('knobs', 2, 'reference')`` -> ``knobs[2].reference``."""
+    """``('knobs', 2, 'reference')`` -> ``knobs[2].reference``; an unusual key (spaces, symbols, non-ASCII) is
+    written as a JSON string in brackets with spaces escaped (``["&a\\u0020"]``), so a field never holds a
+    space and the line stays parseable."""
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        else:
+        elif _PLAIN_KEY.fullmatch(str(part)):
             out += ("." if out else "") + str(part)
+        else:
+            quoted = json.dumps(str(part)[:60], ensure_ascii=True).replace(" ", "\\u0020")
+            out += f"[{quoted}]"
     return out or "(top level)"
 
 
@@ -149,16 +158,30 @@ class _LimitedComposer(Composer):
         return node
 
 
+_CONSTRUCT_ERRORS = (ValueError, TypeError, OverflowError, ArithmeticError, LookupError, AttributeError,
+                     AssertionError)
+
+
 class _GuardedConstructor(RoundTripConstructor):
-    """Round-trip constructor whose failures (ValueError on an explicit ``!!int abc``, ...) carry the node's mark."""
+    """Round-trip constructor whose failures (ValueError on an explicit ``!!int abc``, an unhashable mapping used
+    as a key, ...) become ConstructorErrors carrying the node's mark."""
 
     def construct_object(self, node: Any, deep: bool = False) -> Any:
         try:
             return super().construct_object(node, deep=deep)
         except YAMLError:
             raise
-        except (ValueError, TypeError, OverflowError, ArithmeticError, KeyError, AttributeError) as exc:
+        except _CONSTRUCT_ERRORS as exc:
             raise ConstructorError(None, None, f"cannot read this value: {one_line(exc, 120)}",
+                                   node.start_mark) from None
+
+    def construct_mapping(self, node: Any, maptyp: Any, deep: bool = False) -> Any:
+        try:
+            return super().construct_mapping(node, maptyp, deep=deep)
+        except YAMLError:
+            raise
+        except _CONSTRUCT_ERRORS as exc:
+            raise ConstructorError(None, None, f"cannot read this mapping: {one_line(exc, 120)}",
                                    node.start_mark) from None
 
 
@@ -259,6 +282,9 @@ def parse_yaml(path: Path) -> LocatedDoc:
         raise ContractError([_yaml_problem(path, text, exc)]) from None
     except RecursionError:
         raise ContractError([clean_problem(f"{path.name}:1 (yaml): nested too deeply")]) from None
+    except _CONSTRUCT_ERRORS as exc:  # a construction failure outside a node we could locate
+        raise ContractError([clean_problem(f"{path.name}:1 (yaml): cannot read the document: "
+                                           f"{type(exc).__name__}: {one_line(exc, 120)}")]) from None
     if not isinstance(root, CommentedMap):
         raise ContractError([f"{path.name}:1 (top level): the contract must be a YAML mapping"])
     return LocatedDoc(path=path, root=root)

@@ -129,6 +129,16 @@ def _check_known(url: str, rev: str | None) -> None:
 
 
 def _migrate(url: str, action: str, fn: Any, revision: str) -> None:
+    known = f"known revisions: base, {', '.join(known_revisions())}, head"
+    if not revision.strip():
+        raise StoreError(f"cannot {action} {one_line(redact_url(url), 200)}: the target revision is empty ({known})")
+    try:  # Alembic asserts on some malformed names ('@'); relative ones ('+1') only resolve against a database
+        ScriptDirectory.from_config(alembic_config(url)).get_revisions(revision)
+    except CommandError:
+        pass
+    except Exception:
+        raise StoreError(f"cannot {action} {one_line(redact_url(url), 200)}: '{one_line(revision, 80)}' is not a "
+                         f"revision ({known})") from None
     with _errors(url, action):
         engine = _engine(url)
         try:
