@@ -8,8 +8,14 @@ set -uo pipefail
 DRAIN=${1:-420}
 HAND=${2:-}
 ROOT=$(pwd)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$ROOT PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
+# .whl/ holds the runtime wheels the image lacks plus infrarsi's own wheel (bench/gpu/prepare_carry.sh builds it);
+# they go into the image's interpreter itself, so the sandboxed trials (which see that interpreter read-only and no
+# PYTHONPATH) import the same infrarsi.  bubblewrap comes as Debian's .deb, unpacked under /tmp/bw.
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade .whl/*.whl || exit 1
+if ls .whl/bubblewrap_*.deb >/dev/null 2>&1; then
+    dpkg -x .whl/bubblewrap_*.deb /tmp/bw && export INFRARSI_BWRAP=/tmp/bw/usr/bin/bwrap
+fi
+export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
 export INFRARSI_HOME=$ROOT/.gpu-state INFRARSI_SCRATCH=/tmp/infrarsi-scratch INFRARSI_GPU_CLASS=h200
 mkdir -p "$INFRARSI_HOME"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
