@@ -50,8 +50,8 @@ GRAD_NORM_CAP_FACTOR = 4.0
 FLOORS: dict[str, dict[str, float]] = {
     "fp32": {"loss": 2e-4, "grad_norm": 5e-3, "eval": 2e-4, "params": 2e-4},
     "tf32": {"loss": 1e-3, "grad_norm": 2e-2, "eval": 1e-3, "params": 1e-3},
-    "fp16": {"loss": 2e-3, "grad_norm": 1e-1, "eval": 2e-3, "params": 1e-2},
-    "bf16": {"loss": 2e-3, "grad_norm": 1e-1, "eval": 2e-3, "params": 1e-2},
+    "fp16": {"loss": 5e-3, "grad_norm": 1e-1, "eval": 5e-3, "params": 1e-2},
+    "bf16": {"loss": 5e-3, "grad_norm": 1e-1, "eval": 5e-3, "params": 1e-2},
 }
 
 def rel(a: float, b: float) -> float:

@@ -30,7 +30,7 @@ for x in data:
     rl.grads()
     opt.step(); opt.zero_grad()
     rl.end(loss)
-rl.finish()
+rl.finish(eval_loss=model(data[0]).pow(2).mean())
 """
 
 
@@ -66,7 +66,9 @@ def test_plain_loop_adapter_writes_header_updates_footer(tmp_path):
     assert all(u["grad_norm"] > 0 and u["step_time_s"] > 0 and u["lr"] == 0.1 for u in ups)
     assert len({u["batch_digest"] for u in ups}) == 5
     assert ups[-1]["loss"] < ups[0]["loss"]
-    assert f == {"kind": "footer", "completed": 5}
+    assert f["kind"] == "footer" and f["completed"] == 5 and f["extra"]["eval"] > 0
+    norms = f["extra"]["param_norms"]
+    assert list(norms) == ["0.weight", "0.bias", "2.weight", "2.bias"] and all(v > 0 for v in norms.values())
     assert sum(1 for ln in LOOP.splitlines() if "rl." in ln or "ReceiptLogger" in ln) <= 15
 
 
@@ -121,6 +123,8 @@ def test_ddp_adapter_matches_a_single_process_run(tmp_path):
         assert a["batch_digest"] == b["batch_digest"] and a["tokens"] == b["tokens"] == 128
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
         assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
+    sn, dn = single[-1]["extra"]["param_norms"], ddp[-1]["extra"]["param_norms"]   # the checksum ignores DDP
+    assert list(sn) == list(dn) and all(dn[k] == pytest.approx(sn[k], rel=1e-5) for k in sn)
 
 
 def test_hf_module_imports_without_transformers_and_callback_needs_it():
@@ -158,4 +162,4 @@ def test_hf_trainer_end_to_end(tmp_path):
                              callbacks=[receipt_callback(seq_len=8, receipts=Receipts(fh))]).train()
     lines = _lines(p)
     assert lines[0]["kind"] == "header" and [x["index"] for x in lines[1:-1]] == [1, 2, 3]
-    assert lines[-1] == {"kind": "footer", "completed": 3}
+    assert lines[-1]["completed"] == 3 and len(lines[-1]["extra"]["param_norms"]) == len(list(model.parameters()))

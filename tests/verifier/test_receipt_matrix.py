@@ -18,6 +18,32 @@ def test_case_list_covers_the_brief():
         assert inv in expected, inv
 
 
+NUMERICAL_CHEATS = ("skip_after_first", "skip_after_k", "skip_every_third", "half_sequence_loss", "grad_rescaled",
+                    "clip_trajectory")
+
+
+def test_numerical_cheats_that_choose_where_to_cheat_are_cases():
+    from infrarsi.verifier.matrix.train import PERTURBATIONS
+
+    by_name = {c.name: c for c in CASES}
+    for name in NUMERICAL_CHEATS:
+        assert name in PERTURBATIONS and not by_name[name].benign and by_name[name].expect.startswith("loss")
+
+
+@pytest.mark.slow
+def test_numerical_cheats_are_rejected_by_every_l4_check():
+    """Real runs: each cheat fails the per-update loss and gradient norm, the eval loss and the parameter checksum."""
+    from infrarsi.verifier.matrix.runner import run_matrix
+
+    results = run_matrix(jobs=2, only=list(NUMERICAL_CHEATS) + ["microbatch_4", "bf16_in_menu"])
+    for r in results:
+        if r.case.benign:
+            assert r.verdict.accepted, r.verdict.summary()
+        else:
+            assert {"loss_within_tolerance", "grad_norm_within_tol", "eval_matches", "params_match"} <= \
+                {it.name for it in r.verdict.rejecting}, (r.case.name, r.verdict.summary())
+
+
 @pytest.mark.slow
 def test_full_matrix_agrees():
     from infrarsi.verifier.matrix.runner import format_matrix, run_matrix

@@ -11,7 +11,10 @@ weights), one update line per ``on_step_end`` with the loss and gradient norm th
 Trainer logs (``logging_steps=1`` gives every update a loss; otherwise the last logged
 value is repeated), and the footer at ``on_train_end``.  Step time is measured
 between ``on_step_begin`` and ``on_step_end``.  The batch digest is the digest of the
-``input_ids`` seen by the model's forward pre-hook during the step.
+``input_ids`` seen by the model's forward pre-hook during the step.  The footer carries the
+final parameters' per-tensor norms (``extra.param_norms``, L4 ``params_match``) and, when the
+Trainer evaluated (``eval_loss`` in a log, e.g. ``trainer.evaluate()`` or an eval strategy
+with a fixed eval set), the last ``eval_loss`` as ``extra.eval`` (L4 ``eval_matches``).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ def receipt_callback(seq_len: int, precision: str | None = None, receipts: Recei
             self.samples = 0
             self._hook: Any = None
             self.pending: dict[str, Any] | None = None
+            self.eval_loss: float | None = None
 
         def _pre_hook(self, _module: Any, args: Any, kwargs: Any) -> None:
             ids = kwargs.get("input_ids") if kwargs else None
@@ -78,6 +82,8 @@ def receipt_callback(seq_len: int, precision: str | None = None, receipts: Recei
                 self.loss = float(logs["loss"])
             if "grad_norm" in logs:
                 self.grad_norm = float(logs["grad_norm"])
+            if "eval_loss" in logs:
+                self.eval_loss = float(logs["eval_loss"])
             self._flush()
 
         def on_step_end(self, args: Any, state: Any, control: Any, optimizer: Any = None, **kw: Any) -> None:
@@ -86,10 +92,11 @@ def receipt_callback(seq_len: int, precision: str | None = None, receipts: Recei
             self.pending = {"step": state.global_step, "tokens": self.tokens, "samples": self.samples,
                             "lr": lr, "digest": self.digest, "dt": dt}
 
-        def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        def on_train_end(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
             self._flush()
             if self._hook is not None:
                 self._hook.remove()
-            self.rx.footer(state.global_step)
+            norms = tl.param_norms(model) if model is not None and self.rx.active else None
+            self.rx.footer(state.global_step, eval_loss=self.eval_loss, param_norms=norms)
 
     return InfrarsiReceiptCallback()

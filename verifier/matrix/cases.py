@@ -79,6 +79,16 @@ CASES: tuple[Case, ...] = (
     _p("broken_grad_path", "loss_within_tolerance", note="detaches the hidden state: only the head trains"),
     _p("misreported_loss", "loss_within_tolerance", note="reports 0.9 x the loss"),
     _p("grad_scaled", "grad_norm_within_tol", note="backward of 4 x loss (Adam hides it from the loss)"),
+    # ---- numerics: cheats that choose where to cheat (compared at every update, calibrated tolerances)
+    _p("skip_after_first", "loss_within_tolerance", args=("--micro", "4"),
+       note="update 1 honest, then half the micro-batches computed (all reported consumed)"),
+    _p("skip_after_k", "loss_within_tolerance", args=("--micro", "4"),
+       note="updates 1-4 honest, then half the micro-batches (the cheat starts after the checked updates)"),
+    _p("skip_every_third", "loss_within_tolerance", args=("--micro", "4"),
+       note="half the micro-batches on every third update only"),
+    _p("half_sequence_loss", "loss_within_tolerance", note="loss on the first half of each sequence, tokens in full"),
+    _p("grad_rescaled", "loss_within_tolerance", note="gradients x0.5 reported unscaled, the step doubled to compensate"),
+    _p("clip_trajectory", "loss_within_tolerance", note="clips every update at half its norm: same reports, other trajectory"),
     _p("fp16_outside_menu", "precision", perturb="none", args=("--precision", "fp16"), note="fp16 autocast, menu fp32/bf16"),
     # ---- timing (L5)
     _p("fast_clock", "timing_consistent", note="job clock reports 0.75 x the step time"),

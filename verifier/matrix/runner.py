@@ -58,7 +58,8 @@ class MatrixResult:
         return {"case": self.case.name, "kind": self.case.kind, "expect": self.case.expect, "got": self.got,
                 "agree": self.agree, "seconds": round(self.seconds, 2), "summary": self.verdict.summary(),
                 "log_tail": self.log_tail,
-                "rejecting": [it.name for it in self.verdict.rejecting]}
+                "rejecting": [it.name for it in self.verdict.rejecting],
+                "numerics": {it.name: f"{it.status}: {it.reason}" for it in self.verdict.items if it.layer == "L4"}}
 
 
 def _job_cmd(case: Case) -> list[str]:

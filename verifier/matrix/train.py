@@ -40,7 +40,17 @@ PERTURBATIONS = (
     "timer_excludes_optimizer", "burst_emission", "broken_grad_path", "misreported_loss", "grad_scaled",
     "warmup_spikes", "reduction_order", "nccl_after_end", "extra_logging", "prefetch_data", "foreach_off",
     "zero_grad_keep", "checkpoint_save",
+    # numerical cheats that choose where to cheat (docs/verifier.md, "Numerics"); run them with --micro >= 2
+    "skip_after_first", "skip_after_k", "skip_every_third", "half_sequence_loss", "grad_rescaled", "clip_trajectory",
 )
+#: skip_after_k: this many honest updates before the cheat starts (the window starts at update 5)
+HONEST_K = 4
+
+
+def skip_half(perturb: str, update: int) -> bool:
+    """Whether a skip-style cheat computes only the first half of update ``update``'s micro-batches."""
+    return (perturb == "skip_after_first" and update > 1) or (perturb == "skip_after_k" and update > HONEST_K) \
+        or (perturb == "skip_every_third" and update % 3 == 0)
 
 
 class Net(nn.Module):
@@ -74,6 +84,16 @@ def make_data(updates: int, batch: int, seq: int, seed: int) -> torch.Tensor:
         keep = torch.rand(updates, batch, generator=g) < 0.85
         cur = torch.where(keep, perm[cur], noise)
     return data
+
+
+def held_out_loss(model: nn.Module, a: argparse.Namespace, autocast_dtype: torch.dtype | None) -> float:
+    """Loss of the final model on a fixed held-out batch (another data seed), eval mode, no gradients."""
+    held = make_data(1, a.batch, a.seq, a.data_seed + 1000)[0]
+    model.eval()
+    with torch.no_grad(), torch.autocast("cpu", dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        logits = model(held[:, :-1])
+    model.train()
+    return float(F.cross_entropy(logits.float().reshape(-1, VOCAB), held[:, 1:].reshape(-1)))
 
 
 def host_peak_gib() -> float:
@@ -118,6 +138,11 @@ class ReportFilter:
             step_time_s *= 0.75
         self._emit("update", index, loss, grad_norm, tokens, samples, seq_len, opt_step, lr, batch_digest,
                    step_time_s, host_peak_gib(), phases)
+
+    @property
+    def active(self) -> bool:
+        """As the wrapped emitter's (the logger adds the parameter norms only when lines are written)."""
+        return self.rx.active
 
     def footer(self, completed: int, extra: dict | None = None) -> None:
         self._emit("footer", completed, extra)
@@ -195,21 +220,34 @@ def main(argv: list[str] | None = None) -> int:
         chunks = shard.chunk(a.micro, 0)
         if P == "reduction_order":
             chunks = chunks[::-1]
+        if skip_half(P, i):  # every micro-batch is counted and digested (rl.begin above), half are computed
+            chunks = chunks[:max(1, len(chunks) // 2)]
+        used = sum(c.shape[0] for c in chunks)
         total = torch.zeros(())
         for c in chunks:
             x, y = c[:, :-1], c[:, 1:]
+            if P == "half_sequence_loss":  # loss on the first half of each sequence; tokens reported in full
+                x, y = x[:, : x.shape[1] // 2], y[:, : y.shape[1] // 2]
             time.sleep(f_s / a.micro)
             with torch.autocast("cpu", dtype=autocast_dtype, enabled=autocast_dtype is not None):
                 logits = train_model(x, detach_hidden=P == "broken_grad_path")
-            loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), y.reshape(-1)) * (c.shape[0] / shard.shape[0])
+            loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), y.reshape(-1)) * (c.shape[0] / used)
             if P == "nan_loss" and i == 6:
                 loss = loss * float("nan")
             if P == "inf_loss" and i == 6:
                 loss = loss + float("inf")
             time.sleep(b_s / a.micro)
-            (loss * (4.0 if P == "grad_scaled" else 1.0)).backward()
+            scale = 4.0 if P == "grad_scaled" else 0.5 if P == "grad_rescaled" else 1.0
+            (loss * scale).backward()
             total = total + loss.detach()
         gn = rl.grads()
+        if P == "grad_rescaled":  # gradients x0.5, reported as if unscaled, and a doubled step to compensate
+            gn *= 2.0
+            for group in opt.param_groups:
+                group["lr"] *= 2.0
+        if P == "clip_trajectory":  # per-element clipping the reference does not do: same reports, another trajectory
+            # (clipping the global norm only rescales the gradient, which AdamW ignores)
+            torch.nn.utils.clip_grad_value_(model.parameters(), 0.5 * gn / math.sqrt(sum(p.numel() for p in model.parameters())))
         t_opt = time.perf_counter()
         if P == "skip_opt_step" and i == 6:
             sched.step()
@@ -218,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             time.sleep(o_s)
             opt.step()
+            if P == "grad_rescaled":
+                for group in opt.param_groups:
+                    group["lr"] /= 2.0
             opt.zero_grad(set_to_none=P != "zero_grad_keep")
             sched.step()
         t1 = time.perf_counter()
@@ -260,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         sched.step()
     if P == "checkpoint_save" and rank == 0:
         torch.save(model.state_dict(), "checkpoint.pt")
-    rl.finish()
+    rl.finish(eval_loss=held_out_loss(model, a, autocast_dtype))  # + the final parameter norms (adapter)
     if P == "nccl_after_end":
         time.sleep(0.05)
         print("[rank0] NCCL WARN ProcessGroupNCCL destroyed with pending work: NCCL error at teardown",
