@@ -39,7 +39,8 @@ from flops import flops_per_token  # noqa: E402
 from model import GPT, SIZES, GPTConfig  # noqa: E402
 
 try:  # receipts: a no-op outside the infrarsi exec wrapper; optional when infrarsi is not installed
-    from infrarsi.verifier.adapters.torch_loop import batch_digest, model_digest, param_count, peak_mem_gib, software_versions
+    from infrarsi.verifier.adapters.torch_loop import (batch_digest, model_digest, param_count, param_norms,
+                                                       peak_mem_gib, software_versions)
     from infrarsi.verifier.emit import Receipts
 except ImportError:  # pragma: no cover - exercised only outside the project
     Receipts = None  # type: ignore[assignment,misc]
@@ -47,6 +48,7 @@ except ImportError:  # pragma: no cover - exercised only outside the project
 
 LR = {"tiny": 3e-3, "gpt-355m": 3e-4}
 WARMUP = 5
+EVAL_UPDATE = 0  # the held-out batch: data of "update 0", which training (updates 1..N) never sees
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -82,6 +84,25 @@ def set_tf32(enabled: bool) -> None:
     else:
         torch.backends.cuda.matmul.allow_tf32 = enabled
         torch.backends.cudnn.allow_tf32 = enabled
+
+
+def held_out_loss(fwd: torch.nn.Module, model: torch.nn.Module, seed: int, global_batch: int, seq_len: int,
+                  vocab: int, micro_batch: int, device: torch.device, autocast: object) -> float:
+    """Mean loss of the final model on the fixed held-out batch (``EVAL_UPDATE``), in eval mode, no gradients.
+
+    Computed in micro-batches of the training micro-batch (bounded memory) under the same autocast; each
+    micro-batch has the same size, so the mean of their losses is the batch mean.
+    """
+    batch = data.update_batch(seed, EVAL_UPDATE, global_batch, seq_len, vocab)
+    model.eval()
+    total = 0.0
+    with torch.no_grad():
+        for j in range(global_batch // micro_batch):
+            xb = data.micro_batch(batch, j, micro_batch)
+            with autocast():  # type: ignore[operator]
+                total += float(fwd(xb[:, :-1].to(device), xb[:, 1:].to(device)))
+    model.train()
+    return total * micro_batch / global_batch
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,8 +207,11 @@ def main(argv: list[str] | None = None) -> int:
                       opt_step=opt_steps[0], lr=lr, batch_digest=digest, step_time_s=step_time_s,
                       peak_mem_gib=peak_mem_gib(), phases=phases)
         t_mark = time.perf_counter()
-    if rx is not None:
-        rx.footer(completed=args.updates)
+    if rx is not None:  # end-of-run numerics: held-out loss and the final-parameter checksum (L4)
+        ev = held_out_loss(fwd, model, args.seed, global_batch, seq_len, cfg.vocab_size, args.micro_batch, device,
+                           autocast)
+        print(f"eval loss {ev:.6f}", flush=True)
+        rx.footer(completed=args.updates, eval_loss=ev, param_norms=param_norms(model))
     return 0
 
 

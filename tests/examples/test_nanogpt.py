@@ -39,6 +39,7 @@ TRIALS: dict[str, tuple[list[str], list[str]]] = {
     "detach_residual.diff": (TUNED, ["detach_residual.diff"]),
     "skip_microsteps.diff": (["--micro-batch", "8"], ["skip_microsteps.diff"]),
     "fake_step_time.diff": (TUNED, ["fake_step_time.diff"]),
+    "skip_after_first.diff": (["--micro-batch", "8"], ["skip_after_first.diff"]),
 }
 
 
@@ -172,7 +173,8 @@ def test_intake_classifies_every_shipped_patch(repo: Path) -> None:
             refused[name] = str(exc)
     assert set(refused) == {"touch_data.diff"}
     assert "frozen file 'data.py'" in refused["touch_data.diff"]
-    assert set(accepted) == set(FAITHFUL) | {"detach_residual.diff", "skip_microsteps.diff", "fake_step_time.diff"}
+    assert set(accepted) == set(FAITHFUL) | {"detach_residual.diff", "skip_microsteps.diff", "fake_step_time.diff",
+                                             "skip_after_first.diff"}
 
 
 def test_faithful_patches_keep_losses(runs: dict[str, dict[str, Any]]) -> None:
@@ -210,3 +212,36 @@ def test_fake_step_time_fails_timing(runs: dict[str, dict[str, Any]]) -> None:
     assert _failed(verdict) == {"timing_consistent": "L5"}
     honest = _verdict(runs["tuned"], runs["ref"])
     assert honest.accepted, honest.summary()
+
+
+def _max_rel(a: list[float], b: list[float]) -> float:
+    return max(abs(x - y) / abs(y) for x, y in zip(a, b))
+
+
+def test_skip_after_first_update_is_rejected_at_l4(runs: dict[str, dict[str, Any]]) -> None:
+    """The red-team cheat: update 1 honest, then half the micro-batches, all reported consumed.
+
+    It passes L1-L3 and, under the old L4 (gradient norm on update 1 only, flat 3% loss), would
+    have passed L4 too; every per-update and end-of-run comparison now rejects it.
+    """
+    cheat, ref = runs["skip_after_first.diff"], runs["ref"]
+    assert [u["tokens"] for u in cheat["updates"]] == [u["tokens"] for u in ref["updates"]]
+    assert [u["batch_digest"] for u in cheat["updates"]] == [u["batch_digest"] for u in ref["updates"]]
+    g, rg = [float(u["grad_norm"]) for u in cheat["updates"]], [float(u["grad_norm"]) for u in ref["updates"]]
+    assert abs(g[0] - rg[0]) / rg[0] < 1e-4                       # the old check saw an honest first update
+    assert 0.005 < _max_rel(_losses(cheat), _losses(ref)) < 0.03     # and every loss under the old flat 3%
+    if HAVE_WRAPPER:
+        verdict = _verdict(cheat, ref)
+        failed = _failed(verdict)
+        assert verdict.first_failed_layer == "L4", verdict.summary()
+        assert {"loss_within_tolerance", "grad_norm_within_tol", "eval_matches", "params_match"} <= set(failed), failed
+        assert not {"completes", "same_workload", "same_data", "optimizer_steps"} & set(failed), failed
+
+
+@pytest.mark.skipif(not HAVE_WRAPPER, reason="needs the exec wrapper's receipts")
+def test_honest_configurations_pass_every_numerical_check(runs: dict[str, dict[str, Any]]) -> None:
+    for name in ("tuned", "stacked"):
+        verdict = _verdict(runs[name], runs["ref"])
+        l4 = {it.name: it for it in verdict.items if it.layer == "L4"}
+        assert all(l4[k].status == "pass" for k in ("loss_within_tolerance", "grad_norm_within_tol", "eval_matches",
+                                                    "params_match")), {k: v.reason for k, v in l4.items()}
