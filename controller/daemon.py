@@ -7,7 +7,9 @@ token exists, and the daemon that gets fenced logs one line and goes back to sta
 non-terminal campaign through the same :class:`CampaignEngine` the embedded mode uses; a fault while ticking
 one campaign stays in that campaign (bounded retries with backoff, then the campaign is failed with a one-line
 reason), while transient faults (database or executor briefly unreachable) are retried without failing
-anything.  Logs are JSON lines; metrics are served in Prometheus text format.
+anything.  Logs are JSON lines; metrics (:mod:`infrarsi.controller.metrics`) are exported through
+prometheus-client from the daemon's own registry: campaigns by state, live trials, cycle and tick durations,
+Slurm CLI calls, database statements, ingests and their failures, the lease and campaign faults.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from infrarsi.controller.campaign.engine import CampaignEngine
 from infrarsi.controller.errors import ExecutorError, StoreError
+from infrarsi.controller.metrics import Metrics, MetricsServer, serve_metrics, watch_ingest  # noqa: F401 (re-exported)
 from infrarsi.controller.store.base import FencedError, Store
 from infrarsi.controller.store.lease import Heartbeat, LeaseConfig
 from infrarsi.controller.store.records import TERMINAL_STATES, CAMPAIGN_STATES
@@ -41,66 +43,6 @@ class JsonFormatter(logging.Formatter):
             if k.startswith("x_"):
                 out[k[2:]] = v
         return json.dumps(out, default=str)
-
-
-class Metrics:
-    """Counters and gauges rendered in Prometheus text format."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.values: dict[str, float] = {"infrarsi_ticks_total": 0, "infrarsi_tick_errors_total": 0,
-                                         "infrarsi_live_trials": 0, "infrarsi_queue_depth": 0,
-                                         "infrarsi_poll_seconds": 0.0, "infrarsi_ingest_latency_seconds": 0.0,
-                                         "infrarsi_leader": 0, "infrarsi_leader_token": 0,
-                                         "infrarsi_campaign_faults_total": 0}
-        self.campaigns: dict[str, int] = {}
-        #: the lease holder as last seen (this daemon when leading, the row's holder when standing by)
-        self.leader_holder = ""
-
-    def set(self, name: str, value: float) -> None:
-        with self.lock:
-            self.values[name] = value
-
-    def inc(self, name: str, by: float = 1) -> None:
-        with self.lock:
-            self.values[name] = self.values.get(name, 0) + by
-
-    def render(self) -> str:
-        with self.lock:
-            lines = []
-            for k, v in sorted(self.values.items()):
-                kind = "counter" if k.endswith("_total") else "gauge"
-                lines += [f"# TYPE {k} {kind}", f"{k} {v}"]
-            holder = self.leader_holder.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
-            lines += ["# TYPE infrarsi_leader_info gauge",
-                      f'infrarsi_leader_info{{holder="{holder}",token="{int(self.values["infrarsi_leader_token"])}"}} 1']
-            lines.append("# TYPE infrarsi_campaigns gauge")
-            for state in CAMPAIGN_STATES:
-                lines.append(f'infrarsi_campaigns{{state="{state}"}} {self.campaigns.get(state, 0)}')
-            return "\n".join(lines) + "\n"
-
-
-def serve_metrics(metrics: Metrics, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
-    """Start a background HTTP server answering ``GET /metrics``."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server API
-            if self.path.rstrip("/") != "/metrics":
-                self.send_error(404)
-                return
-            body = metrics.render().encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
 
 
 def one_line_reason(exc: BaseException, limit: int = 300) -> str:
@@ -136,7 +78,12 @@ class Daemon:
         self.store = store
         self.engine = engine
         self.interval_s = interval_s
-        self.metrics = metrics or Metrics()
+        self.metrics = metrics if metrics is not None else Metrics()
+        engine_sql = getattr(store, "engine", None)  # SqlStore: count its statements from the outside
+        if engine_sql is not None:
+            self.metrics.watch_engine(engine_sql)
+        self.metrics.watch_executors(lambda: list(getattr(engine, "_executors", {}).values()))
+        watch_ingest(self.metrics, getattr(engine, "store", store))
         self.lease = store.lease(lease_name, lease_s=lease_s or cfg.lease_s)
         self.renew_s = renew_s or min(cfg.renew_s, (lease_s or cfg.lease_s) / 3)
         self.retries = retries
@@ -167,25 +114,27 @@ class Daemon:
             except FencedError:
                 raise
             except (StoreError, ExecutorError) as exc:  # transient: retried next cycle, nothing is failed
-                self.metrics.inc("infrarsi_tick_errors_total")
+                self.metrics.tick_errors.inc()
                 log.warning("tick failed; will retry", extra={"x_campaign": c.id, "x_error": str(exc)})
                 continue
             except Exception as exc:  # noqa: BLE001 - a fault stays inside its campaign
                 self._fault(c.id, c.terminal, exc)
                 continue
+            finally:
+                self.metrics.tick_seconds.observe(time.monotonic() - t0)
             self._faults.pop(c.id, None)
             if after.state != c.state:
                 log.info("campaign state", extra={"x_campaign": c.id, "x_from": c.state, "x_to": after.state})
-            self.metrics.set("infrarsi_ingest_latency_seconds", time.monotonic() - t0)
-        live = self.store.live_trials()
-        self.metrics.set("infrarsi_live_trials", sum(1 for t in live if t.status == "submitted"))
-        self.metrics.set("infrarsi_queue_depth", sum(1 for t in live if t.status == "intent"))
-        self.metrics.set("infrarsi_poll_seconds", time.monotonic() - t_start)
-        self.metrics.inc("infrarsi_ticks_total")
+            self.metrics.ingest_latency.set(time.monotonic() - t0)
+        self.metrics.set_live(self.store.live_trials())
         counts: dict[str, int] = {}
         for c in self.store.list_campaigns():
             counts[c.state] = counts.get(c.state, 0) + 1
-        self.metrics.campaigns = counts
+        self.metrics.set_campaign_counts(counts)
+        elapsed = time.monotonic() - t_start
+        self.metrics.poll_seconds.set(elapsed)
+        self.metrics.cycle_seconds.observe(elapsed)
+        self.metrics.ticks.inc()
         return len(open_campaigns) + len(draining)
 
     def _fault(self, campaign_id: int, terminal: bool, exc: BaseException) -> None:
@@ -193,8 +142,8 @@ class Daemon:
         reason = one_line_reason(exc)
         prev = self._faults.get(campaign_id)
         attempt = (prev.attempts if prev else 0) + 1
-        self.metrics.inc("infrarsi_tick_errors_total")
-        self.metrics.inc("infrarsi_campaign_faults_total")
+        self.metrics.tick_errors.inc()
+        self.metrics.campaign_faults.inc()
         self.store.add_event("campaign.fault", {"attempt": attempt, "reason": reason}, campaign_id=campaign_id)
         if attempt <= self.retries or terminal:
             backoff = 2 ** min(attempt - 1, self.retries)  # 1, 2, 4, ... cycles (capped while draining)
@@ -237,23 +186,20 @@ class Daemon:
                     return
         finally:
             self.lease.release()
-            self.metrics.set("infrarsi_leader", 0)
+            self.metrics.set_leader(False)
 
     def _standby_metrics(self) -> None:
-        self.metrics.set("infrarsi_leader", 0)
+        self.metrics.set_leader(False)
         try:
             info = self.store.lease_info(self.lease.name)
         except StoreError:
             return
         if info is not None:
-            self.metrics.leader_holder = info.holder or ""
-            self.metrics.set("infrarsi_leader_token", info.token)
+            self.metrics.set_leader(False, holder=info.holder or "", token=info.token)
 
     def _lead(self, once: bool, exit_when_idle: bool) -> bool:
         """Act while the lease is ours.  True: done (``once``/idle/stopped); False: fenced, back to standby."""
-        self.metrics.set("infrarsi_leader", 1)
-        self.metrics.set("infrarsi_leader_token", self.lease.token or 0)
-        self.metrics.leader_holder = self.lease.holder
+        self.metrics.set_leader(True, holder=self.lease.holder, token=self.lease.token or 0)
         log.info("acting as leader", extra={"x_holder": self.lease.holder, "x_token": self.lease.token})
         self.store.set_fence(self.lease)
         beat = Heartbeat(self.lease, self.renew_s,
@@ -286,8 +232,8 @@ class Daemon:
                 self._stop.wait(self.interval_s)
             return True
         except FencedError as exc:
-            log.warning(f"fenced: {exc}; standing by", extra={"x_token": self.metrics.values["infrarsi_leader_token"]})
-            self.metrics.set("infrarsi_leader", 0)
+            log.warning(f"fenced: {exc}; standing by", extra={"x_token": self.metrics.token})
+            self.metrics.set_leader(False)
             return False
         finally:
             beat.stop()

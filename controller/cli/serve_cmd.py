@@ -28,13 +28,18 @@ def submit_cmd(contract: str, executor: str, workload: str | None, seed: int, pa
 
 @click.command("serve")
 @click.option("--interval", type=float, default=5.0, show_default=True, help="Seconds between cycles.")
-@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics (GET /metrics) on this port.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True,
+              help="Address the metrics endpoint listens on (0.0.0.0 for a remote Prometheus).")
 @click.option("--once", is_flag=True, help="Run one cycle and exit.")
 @click.option("--exit-when-idle", is_flag=True, help="Exit once no campaign is open (tests, batch use).")
 @click.option("--log-level", default="INFO", show_default=True)
-def serve_cmd(interval: float, metrics_port: int | None, once: bool, exit_when_idle: bool, log_level: str) -> None:
+def serve_cmd(interval: float, metrics_port: int | None, metrics_host: str, once: bool, exit_when_idle: bool,
+              log_level: str) -> None:
     """Run the controller daemon: advance every open campaign, one acting daemon per database."""
-    from infrarsi.controller.daemon import Daemon, JsonFormatter, Metrics, serve_metrics
+    from infrarsi.controller.daemon import Daemon, JsonFormatter
+    from infrarsi.controller.metrics import Metrics, serve_metrics
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
@@ -48,7 +53,11 @@ def serve_cmd(interval: float, metrics_port: int | None, once: bool, exit_when_i
                             partition_limits=_partition_limits())
     metrics = Metrics()
     if metrics_port is not None:
-        serve_metrics(metrics, metrics_port)
+        try:
+            serve_metrics(metrics, metrics_port, metrics_host)
+        except OSError as exc:
+            raise click.ClickException(f"--metrics-port {metrics_port}: cannot listen on {metrics_host}: "
+                                       f"{exc.strerror or exc}") from None
     Daemon(store, engine, interval_s=interval, metrics=metrics).run(once=once, exit_when_idle=exit_when_idle)
 
 
