@@ -48,7 +48,7 @@ LAYER_MEANING = {
     "L4": "numerics (loss, gradient norm, eval, precision)",
     "L5": "timing (wrapper clock, executor clock, speed reproduces)",
 }
-#: invariants the verifier judges when result.json does not say (the paper's 16 plus executor_clock)
+#: invariants the verifier judges when result.json does not say (the paper's 16, executor_clock, params_match)
 DEFAULT_INVARIANT_COUNT = len(INVARIANTS)
 
 MFU_FORMULA = (
@@ -286,7 +286,8 @@ def _verdicts(r: dict[str, Any]) -> str:
     count = num(r.get("invariant_count"))
     count_s = str(int(count)) if count is not None else str(DEFAULT_INVARIANT_COUNT)
     out.append(f"The verifier judges every trial on {count_s} invariants in five layers (the paper's 16 plus "
-               "`executor_clock`, the executor's own start/end times against the receipt's timeline), after the "
+               "`executor_clock`, the executor's own start/end times against the receipt's timeline, and `params_match`, "
+               "a checksum of the final parameters), after the "
                "L0 receipt checks (size cap, signature, schema, replay).")
     modes = isolation_modes(r)
     if modes:
