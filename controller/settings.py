@@ -11,6 +11,10 @@
   to start it when bubblewrap is unavailable) or ``none`` (explicit opt-out for a trusted single-user machine;
   also ``isolation: none`` in the daemon config file).  ``none`` is reported loudly: a warning line on stderr and
   ``wrapper.isolation.mode = "none"`` in every receipt.
+
+Identity: on PostgreSQL a campaign's owner and an event's actor are the database role of the session
+(``current_user``/``session_user``, ``docs/admin.md``); on the embedded SQLite store they are :func:`os_user`.
+No environment variable decides who anyone is.
 """
 
 from __future__ import annotations
@@ -45,6 +49,18 @@ def isolation_mode() -> str:
         print("infrarsi: warning: isolation is off (INFRARSI_ISOLATION=none): training jobs run unsandboxed and can "
               "read this user's files; use only on a trusted single-user machine", file=sys.stderr, flush=True)
     return mode
+
+
+def os_user() -> str:
+    """The OS user of this process from its real uid (``pwd``): the owner and audit actor on the embedded SQLite
+    store.  Never ``LOGNAME``/``USER``, which anyone can set; an uid without a passwd entry is ``uid<N>``."""
+    import pwd
+
+    uid = os.getuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid{uid}"
 
 
 def _default_home() -> Path:

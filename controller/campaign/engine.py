@@ -69,6 +69,8 @@ class CampaignEngine:
         #: when True no new trial is launched (drain: live trials are still polled and ingested)
         self.paused = False
         self._refs: dict[int, list[Receipt]] = {}
+        #: trials of campaigns cancelled elsewhere whose jobs this engine already asked the executor to stop
+        self._stopped: set[int] = set()
 
     # ------------------------------------------------------------------ helpers
     def executor(self, name: str) -> Executor:
@@ -98,7 +100,13 @@ class CampaignEngine:
         message; store and executor outages propagate (the caller retries on its next tick)."""
         c = self.store.get_campaign(campaign_id)
         if c.terminal:
-            if self.store.live_trials([campaign_id]):  # e.g. cancelled: keep polling until every job is accounted
+            live = self.store.live_trials([campaign_id])
+            if live and c.state == "cancelled":  # cancelled through the store (infrarsi_cancel_campaign): stop jobs
+                for t in live:
+                    if t.status == "submitted" and t.job_id and t.id not in self._stopped:
+                        self.executor(t.executor).cancel(self._handle(t))
+                        self._stopped.add(t.id)
+            if live:  # e.g. cancelled: keep polling until every job is accounted
                 self._reconcile(c)
             return self.store.get_campaign(campaign_id)
         try:

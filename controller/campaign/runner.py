@@ -6,7 +6,6 @@ decides *which* campaign a command in a target repo means and loops ``tick`` unt
 
 from __future__ import annotations
 
-import getpass
 import os
 import time
 import uuid
@@ -58,7 +57,7 @@ def create_campaign(store: Store, settings: Settings, contract_path: str | Path,
     wl = store.get_workload(workload) if workload else None
     workdir = settings.scratch / f"{contract.name}-{uuid.uuid4().hex[:8]}"
     return store.create_campaign(
-        name=contract.name, workload_id=wl.id if wl else None, owner=owner or getpass.getuser(),
+        name=contract.name, workload_id=wl.id if wl else None, owner=owner,
         contract_path=str(path), contract_yaml=path.read_text(), contract_digest=contract_digest(contract),
         repo_path=str(repo_dir(contract, path)), workdir=str(workdir), executor=executor,
         partition=(wl.partition if wl else None) or contract.launch.partition,

@@ -1,4 +1,8 @@
-"""``infrarsi campaign list|show|status|watch|cancel``."""
+"""``infrarsi campaign list|show|status|watch|cancel``.
+
+Who may do what is decided by the database (``docs/admin.md``): on PostgreSQL a researcher lists, shows and
+cancels only their own campaigns (row-level security); another user's campaign reads as ``no campaign N``.
+"""
 
 from __future__ import annotations
 
@@ -103,13 +107,27 @@ def watch(campaign_id: int, interval: float, timeout: float | None) -> None:
 @campaign.command("cancel")
 @click.argument("campaign_id", type=int)
 def cancel(campaign_id: int) -> None:
-    """Cancel a campaign and its running jobs (Slurm jobs included); recorded trials are kept."""
-    from infrarsi.controller.campaign.engine import CampaignEngine
-    from infrarsi.controller.campaign.runner import executor_factory
+    """Cancel a campaign and its running jobs (Slurm jobs included); recorded trials are kept.
+
+    On PostgreSQL this goes through the database's one narrow path, ``infrarsi_cancel_campaign`` (the owner or an
+    admin only; anyone else is told there is no such campaign), and the daemon stops the campaign's jobs.  On the
+    embedded SQLite store the jobs are stopped here and the command waits for them to be accounted."""
     from infrarsi.controller.settings import Settings
 
-    store, c = _get(campaign_id)
+    store = open_store()
+    if store.dialect == "postgresql":
+        try:
+            after = store.cancel_campaign(campaign_id)
+        except KeyError as exc:
+            raise InfrarsiError(str(exc.args[0])) from None
+        click.echo(f"campaign {after.id}: {after.state}" + ("" if after.state != "cancelled" or
+                   not store.live_trials([after.id]) else " (the daemon stops its running jobs)"))
+        return
+    from infrarsi.controller.campaign.engine import CampaignEngine
+    from infrarsi.controller.campaign.runner import executor_factory
+
+    _, c = _get(campaign_id)
     settings = Settings.from_env()
-    engine = CampaignEngine(store, settings, executor_factory(settings))  # type: ignore[arg-type]
-    after = engine.cancel(campaign_id)
+    engine = CampaignEngine(store, settings, executor_factory(settings))
+    after = engine.cancel(campaign_id, reason=f"cancelled by {store.identity()}")
     click.echo(f"campaign {after.id}: {after.state}")

@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "workload": "infrarsi.controller.cli.workload_cmd:workload",
     "campaign": "infrarsi.controller.cli.campaign_cmd:campaign",
     "finops": "infrarsi.controller.cli.finops_cmd:finops",
+    "audit": "infrarsi.controller.cli.audit_cmd:audit",
     "init": "infrarsi.controller.cli.stages_cmd:init_cmd",
     "doctor": "infrarsi.controller.cli.stages_cmd:doctor_cmd",
     "run": "infrarsi.controller.cli.stages_cmd:run_cmd",

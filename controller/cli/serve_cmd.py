@@ -20,10 +20,12 @@ from infrarsi.controller.store import open_store
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--parsable", is_flag=True, help="Print only the campaign id (like sbatch --parsable).")
 def submit_cmd(contract: str, executor: str, workload: str | None, seed: int, parsable: bool) -> None:
-    """Validate CONTRACT and queue a campaign for the daemon; prints the campaign id and returns."""
+    """Validate CONTRACT and queue a campaign for the daemon; prints the campaign id and returns.
+
+    The owner is who you are to the database (your PostgreSQL role; your OS user on SQLite), never LOGNAME."""
     store = open_store()
     c = create_campaign(store, Settings.from_env(), contract, executor=executor, workload=workload, seed=seed)
-    click.echo(str(c.id) if parsable else f"Submitted campaign {c.id} ({c.name}, executor {executor})")
+    click.echo(str(c.id) if parsable else f"Submitted campaign {c.id} ({c.name}, executor {executor}, owner {c.owner})")
 
 
 @click.command("serve")

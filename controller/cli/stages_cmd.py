@@ -142,5 +142,6 @@ def apply_cmd(contract: str, campaign_id: int | None, branch: str | None) -> Non
     rd = report_dir(c)
     result = load_result(rd)
     out = apply_result(Path(c.repo_path), c.scope or {}, result, (rd / "pack.yaml").read_text(), branch)
+    engine.store.add_event("campaign.applied", {"branch": branch, "files": out["files"]}, campaign_id=c.id)
     where = f"on branch {branch}" if branch else "in the working tree"
     click.echo(f"applied campaign {c.id} ({out['speedup']:.3f}x) {where}: {', '.join(out['files'])}")

@@ -1,8 +1,11 @@
-"""``infrarsi workload register|list|show`` (cluster admins)."""
+"""``infrarsi workload register|list|show`` (cluster admins).
+
+On PostgreSQL only ``infrarsi_admin`` (and the daemon) may register; anyone else gets one ``permission denied``
+line from the database.  The owner defaults to who you are (database role, or OS user on SQLite), never LOGNAME.
+"""
 
 from __future__ import annotations
 
-import getpass
 from pathlib import Path
 
 import click
@@ -20,15 +23,16 @@ def workload() -> None:
 @workload.command("register")
 @click.argument("contract_file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--name", help="Workload name (default: the contract's name).")
-@click.option("--owner", default=lambda: getpass.getuser(), show_default="current user")
+@click.option("--owner", help="Owner of the workload (default: you: your database role, or your OS user on SQLite).")
 @click.option("--partition", help="Slurm partition trials of this workload may use.")
 @click.option("--max-concurrent", type=click.IntRange(min=1), default=1, show_default=True,
               help="Trials of this workload that may run at once.")
-def register(contract_file: str, name: str | None, owner: str, partition: str | None, max_concurrent: int) -> None:
+def register(contract_file: str, name: str | None, owner: str | None, partition: str | None, max_concurrent: int) -> None:
     """Validate CONTRACT_FILE and register (or update) it as a workload."""
     c = load_contract(contract_file)
-    rec = open_store().register_workload(
-        name=name or c.name, owner=owner, contract_yaml=Path(contract_file).read_text(),
+    store = open_store()
+    rec = store.register_workload(
+        name=name or c.name, owner=owner or store.identity(), contract_yaml=Path(contract_file).read_text(),
         contract_digest=contract_digest(c), partition=partition or c.launch.partition, max_concurrent=max_concurrent)
     click.echo(f"workload {rec.name} (id {rec.id}) registered: digest {rec.contract_digest[:12]}, "
                f"partition {rec.partition or '-'}, max {rec.max_concurrent} concurrent")

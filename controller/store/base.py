@@ -17,6 +17,11 @@ Contract for implementations (the SQL one in :mod:`infrarsi.controller.store.sql
   this store checks that lease's token before it commits and raises :class:`FencedError` (nothing written) once a
   newer token exists or the lease expired locally; :meth:`Store.check_fence` does the same check before a side
   effect outside the database.  Without a fence (``infrarsi run``, the CLI) writes are not checked.
+- Identity (migration 0004): :meth:`Store.identity` is who this store acts as: the session's ``current_user`` on
+  PostgreSQL, the OS user (``pwd``) on SQLite; it is the owner of a campaign created without an explicit owner and
+  the ``actor`` of every event written.  On PostgreSQL the database enforces it (an owner trigger, row-level
+  security; ``docs/admin.md``): a researcher sees only their own campaigns and their rows, and changes one only
+  through :meth:`Store.cancel_campaign`.  These methods have defaults so wrappers of a Store keep working.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Any, Sequence
 
 from infrarsi.controller.errors import StoreError
 from infrarsi.controller.store.records import (
-    CampaignRecord, LeaseRecord, Ingest, ObservationRecord, StoredReceipt, TrialRecord, VerdictItem, WorkloadRecord,
+    AuditEvent, CampaignRecord, LeaseRecord, Ingest, ObservationRecord, StoredReceipt, TrialRecord, VerdictItem, WorkloadRecord,
 )
 
 
@@ -202,3 +207,26 @@ class Store(ABC):
     @abstractmethod
     def check_fence(self) -> None:
         """FencedError when a fence is set and its lease is no longer current; a no-op without a fence."""
+
+    # identities and audit (migration 0004) -------------------------------------
+    def identity(self) -> str:
+        """Who this store acts as (database role on PostgreSQL, OS user on SQLite)."""
+        raise NotImplementedError
+
+    def sees_all(self) -> bool:
+        """True when this identity may see and act on every campaign (SQLite; on PostgreSQL a superuser or a
+        member of ``infrarsi_admin``/``infrarsi_daemon``)."""
+        raise NotImplementedError
+
+    def cancel_campaign(self, campaign_id: int, reason: str | None = None) -> CampaignRecord:
+        """The narrow cancel path: set state ``cancelled`` (nothing on a terminal campaign) and log a
+        ``campaign.state`` event with this identity as actor.  KeyError when the campaign does not exist *or this
+        identity may not see it* (the two are indistinguishable on purpose).  Running jobs are stopped by whoever
+        runs the engine (the daemon, or :meth:`CampaignEngine.cancel`)."""
+        raise NotImplementedError
+
+    def audit(self, campaign_id: int | None = None, actor: str | None = None, since: Any = None,
+              kinds: Sequence[str] | None = None, limit: int = 1000) -> list[AuditEvent]:
+        """Events visible to this identity, oldest first (the newest ``limit``), filtered by campaign, actor,
+        time (``since``: an aware datetime) and kind."""
+        raise NotImplementedError

@@ -191,10 +191,11 @@ class CostEntry(Base):
 
 
 class Event(Base):
-    """Append-only log of everything that happened (a trigger refuses UPDATE and DELETE)."""
+    """Append-only log of everything that happened (a trigger refuses UPDATE and DELETE).  ``actor`` is who did it
+    (migration 0004): on PostgreSQL a trigger sets it to ``session_user``; on SQLite the store writes the OS user."""
 
     __tablename__ = "events"
-    __table_args__ = (Index("ix_events_campaign", "campaign_id"),)
+    __table_args__ = (Index("ix_events_campaign", "campaign_id"), Index("ix_events_actor", "actor"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     campaign_id: Mapped[int | None] = mapped_column(ForeignKey("campaigns.id"), nullable=True)
@@ -202,6 +203,7 @@ class Event(Base):
     kind: Mapped[str] = mapped_column(String(40))
     payload: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    actor: Mapped[str | None] = mapped_column(String(100), nullable=True)
 
 
 class Experience(Base):

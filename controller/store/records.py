@@ -158,3 +158,17 @@ class LeaseRecord:
     @property
     def held(self) -> bool:
         return self.holder is not None and self.expires_at > self.db_now
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One row of the audit trail (``infrarsi audit``): who did what, when.  ``actor`` is the database session
+    user on PostgreSQL and the OS user on SQLite (None for events recorded before migration 0004)."""
+
+    id: int
+    at: datetime
+    actor: str | None
+    kind: str
+    campaign_id: int | None
+    trial_id: int | None
+    payload: dict[str, Any] | None

@@ -19,7 +19,7 @@ from infrarsi.controller.store.base import LeaderLease, Store
 from infrarsi.controller.store.lease import LeaseConfig, SqlLease, read_lease
 from infrarsi.controller.store.migrate import current_revision, head_revision, safe_url, upgrade
 from infrarsi.controller.store.records import (
-    CampaignRecord, Ingest, LeaseRecord, ObservationRecord, StoredReceipt, TrialRecord, VerdictItem, WorkloadRecord,
+    AuditEvent, CampaignRecord, Ingest, LeaseRecord, ObservationRecord, StoredReceipt, TrialRecord, VerdictItem, WorkloadRecord,
 )
 
 FINOPS_VIEWS = {
@@ -27,6 +27,10 @@ FINOPS_VIEWS = {
     "campaign_cost": "finops_campaign_cost",
     "cost_per_pct": "finops_cost_per_verified_pct",
 }
+
+
+class PermissionDeniedError(StoreError):
+    """The database refused this role the statement (a missing grant or a row-level security policy)."""
 
 
 def _one_line(exc: BaseException) -> str:
@@ -91,6 +95,16 @@ class SqlStore(Store):
         def _wrote(session: Session, _ctx: Any) -> None:
             session.info["wrote"] = True
 
+        self._identity: str | None = None
+
+        @event.listens_for(self._sessions, "before_flush")
+        def _actor(session: Session, _ctx: Any, _instances: Any) -> None:
+            # PostgreSQL: the events_actor trigger writes session_user (unforgeable); SQLite: the OS user
+            if self.dialect != "postgresql":
+                for obj in session.new:
+                    if isinstance(obj, m.Event) and obj.actor is None:
+                        obj.actor = self.identity()
+
     @property
     def dialect(self) -> str:
         return self.engine.dialect.name
@@ -110,6 +124,9 @@ class SqlStore(Store):
         except DBAPIError as exc:
             if exc.connection_invalidated:
                 raise StoreError(f"lost the connection to {safe_url(self.url)}: {_one_line(exc)}") from None
+            if getattr(getattr(exc, "orig", None), "sqlstate", None) == "42501":  # insufficient privilege, RLS
+                raise PermissionDeniedError(f"{_one_line(exc)} (as role {self._identity or 'of ' + safe_url(self.url)};"
+                                            f" roles and grants: docs/admin.md)") from None
             raise
 
     # workloads ---------------------------------------------------------------
@@ -143,6 +160,8 @@ class SqlStore(Store):
     # campaigns ---------------------------------------------------------------
     def create_campaign(self, **kw: Any) -> CampaignRecord:
         mapping = {"scope": "scope_json", "doctor": "doctor_json", "result": "result_json"}
+        if kw.get("owner") is None:
+            kw["owner"] = self.identity()  # on PostgreSQL the campaigns_owner trigger has the last word
         with self._tx() as s:
             row = m.Campaign(state="init", **{mapping.get(k, k): v for k, v in kw.items()})
             s.add(row)
@@ -171,6 +190,8 @@ class SqlStore(Store):
             if row is None:
                 raise KeyError(f"no campaign {campaign_id}")
             old = row.state
+            if old == "cancelled" and kw.get("state", old) != old:
+                kw = {k: v for k, v in kw.items() if k not in ("state", "error")}  # a cancel is final
             for k, v in kw.items():
                 setattr(row, mapping.get(k, k), v)
             if "state" in kw and kw["state"] != old:
@@ -388,6 +409,58 @@ class SqlStore(Store):
         fence = self._fence
         if fence is not None:
             fence.check()
+
+    # identities and audit ------------------------------------------------------
+    def identity(self) -> str:
+        if self._identity is None:
+            if self.dialect == "postgresql":
+                with self._tx() as s:
+                    self._identity = str(s.scalar(text("SELECT current_user")))
+            else:
+                from infrarsi.controller.settings import os_user
+
+                self._identity = os_user()
+        return self._identity
+
+    def sees_all(self) -> bool:
+        if self.dialect != "postgresql":
+            return True
+        with self._tx() as s:
+            return bool(s.scalar(text("SELECT infrarsi_sees_all(current_user)")))
+
+    def cancel_campaign(self, campaign_id: int, reason: str | None = None) -> CampaignRecord:
+        if self.dialect != "postgresql":
+            c = self.get_campaign(campaign_id)
+            if c.terminal:
+                return c
+            return self.update_campaign(campaign_id, state="cancelled", error=reason or f"cancelled by {self.identity()}")
+        try:
+            with self._tx() as s:
+                s.execute(text("SELECT infrarsi_cancel_campaign(:c, :r)"), {"c": campaign_id, "r": reason})
+        except DBAPIError as exc:
+            state = getattr(getattr(exc, "orig", None), "sqlstate", None)
+            if state == "P0002":
+                raise KeyError(f"no campaign {campaign_id}") from None
+            if state == "42501":
+                raise StoreError(f"role {self.identity()} may not cancel campaigns in {safe_url(self.url)}: "
+                                 f"grant it infrarsi_researcher or infrarsi_admin (deploy/roles.sql)") from None
+            raise StoreError(f"cannot cancel campaign {campaign_id}: {_one_line(exc)}") from None
+        return self.get_campaign(campaign_id)
+
+    def audit(self, campaign_id: int | None = None, actor: str | None = None, since: Any = None,
+              kinds: Sequence[str] | None = None, limit: int = 1000) -> list[AuditEvent]:
+        with self._tx() as s:
+            q = select(m.Event).order_by(m.Event.id.desc()).limit(limit)
+            if campaign_id is not None:
+                q = q.where(m.Event.campaign_id == campaign_id)
+            if actor is not None:
+                q = q.where(m.Event.actor == actor)
+            if since is not None:
+                q = q.where(m.Event.created_at >= since)
+            if kinds:
+                q = q.where(m.Event.kind.in_(list(kinds)))
+            return [AuditEvent(id=e.id, at=e.created_at, actor=e.actor, kind=e.kind, campaign_id=e.campaign_id,
+                               trial_id=e.trial_id, payload=e.payload) for e in s.scalars(q)][::-1]
 
 
 def open_store(url: str | None = None, auto_upgrade: bool | None = None) -> SqlStore:
