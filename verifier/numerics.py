@@ -102,7 +102,7 @@ class Tolerance:
     @property
     def source(self) -> str:
         """Which term set the value: ``cap``, ``repeats`` (K_SIGMA * sigma) or ``floor``."""
-        noise = K_SIGMA * self.sigma if self.sigma is not None else 0.0
+        noise = K_SIGMA * self.sigma if self.sigma is not None and math.isfinite(self.sigma) else 0.0
         if self.floor is None or self.value >= self.cap:
             return "cap"
         return "repeats" if noise > self.floor else "floor"
@@ -110,7 +110,7 @@ class Tolerance:
     @property
     def noisy(self) -> bool:
         """True when the repeats alone disagree beyond the cap (no per-update bound is meaningful)."""
-        return self.sigma is not None and K_SIGMA * self.sigma > self.cap
+        return self.sigma is not None and math.isfinite(self.sigma) and K_SIGMA * self.sigma > self.cap
 
     def describe(self) -> str:
         """E.g. ``tol 0.10% (fp32 floor)`` or ``tol 3.00% (cap; precision unknown)``."""

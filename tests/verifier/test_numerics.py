@@ -35,6 +35,8 @@ def test_calibrate_is_min_cap_max_k_sigma_floor():
     t = nm.calibrate("loss", None, 0.0, 0.03)                       # unknown precision: the cap alone
     assert t.value == 0.03 and "unknown" in t.describe()
     assert nm.calibrate("loss", "fp32", None, 0.03).value == floor  # one reference: sigma unknown
+    broken = nm.calibrate("loss", "fp32", math.inf, 0.03)          # a non-finite reference never widens to inf
+    assert broken.value == floor and not broken.noisy
     assert nm.calibrate("grad_norm", "bf16", 0.0, nm.cap_for("grad_norm", 0.03, 0.03)).value == pytest.approx(0.1)
     with pytest.raises(ValueError, match="quantity"):
         nm.calibrate("speed", "fp32", 0.0, 0.03)
