@@ -268,6 +268,12 @@ def _klass(trial: Receipt, refs: Refs) -> str | None:
     return nm.comparison_class((trial.header or {}).get("precision"), rp)
 
 
+def _end_klass(trial: Receipt, refs: Refs, spec: JudgeSpec) -> str | None:
+    """The class for end-of-run values: none (the cap alone) when the contract declares the data order free,
+    since another order legitimately ends at other parameters."""
+    return None if spec.equivalent_data_order else _klass(trial, refs)
+
+
 def loss_sigma(refs: Refs, window: tuple[int, int]) -> tuple[float, float]:
     """(sigma_l, largest per-update relative disagreement) of the reference repeats in the window.
 
@@ -356,7 +362,8 @@ def eval_matches(trial: Receipt, refs: Refs, spec: JudgeSpec) -> Item:
         return Item("eval_matches", "L4", "fail", "eval loss no longer reported (the reference reported it)")
     vals = [float(v) for v in ref_vals if v is not None]
     want = math.fsum(vals) / len(vals)
-    tol = nm.calibrate("eval", _klass(trial, refs), nm.scalar_sigma(vals), nm.cap_for("eval", spec.tau, spec.tau_eval))
+    tol = nm.calibrate("eval", _end_klass(trial, refs, spec), nm.scalar_sigma(vals),
+                       nm.cap_for("eval", spec.tau, spec.tau_eval))
     dev = nm.rel(got, want)
     ok = dev <= tol.value
     return Item("eval_matches", "L4", "pass" if ok else "fail",
@@ -394,7 +401,8 @@ def params_match(trial: Receipt, refs: Refs, spec: JudgeSpec) -> Item:
         diff = sorted(set(got) ^ set(want))
         return Item("params_match", "L4", "fail",
                     f"{len(diff)} parameter tensor(s) differ from the reference's, first {diff[0]!r}")
-    tol = nm.calibrate("params", _klass(trial, refs), nm.norms_sigma(rn), nm.cap_for("params", spec.tau, spec.tau_eval))
+    tol = nm.calibrate("params", _end_klass(trial, refs, spec), nm.norms_sigma(rn),
+                       nm.cap_for("params", spec.tau, spec.tau_eval))
     dev = nm.norms_deviation(got, want)
     ok = dev <= tol.value
     return Item("params_match", "L4", "pass" if ok else "fail",

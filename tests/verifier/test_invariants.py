@@ -302,3 +302,12 @@ def test_user_tests():
     assert inv.user_tests({"pytest": 0, "lint": 1}, True).status == "fail"
     assert inv.user_tests(None, True).rejects
     assert not inv.user_tests(None, False).rejects
+
+
+def test_end_of_run_checks_fall_back_to_the_cap_when_the_data_order_is_declared_free(make):
+    free = JudgeSpec(updates=12, window=(4, 12), equivalent_data_order=True)
+    refs = [make(_footer(2.0, NORMS))]
+    other_order = make(_footer(2.02, dict(NORMS, **{"fc.weight": 2.05})))   # 1% off: another order's end point
+    assert inv.eval_matches(other_order, refs, free).status == "pass"
+    assert inv.params_match(other_order, refs, free).status == "pass"
+    assert inv.params_match(other_order, refs, JudgeSpec(updates=12, window=(4, 12))).status == "fail"
