@@ -103,7 +103,9 @@ class Daemon:
         t_start = time.monotonic()
         self._cycle_no += 1
         open_campaigns = self.store.list_campaigns([s for s in CAMPAIGN_STATES if s not in TERMINAL_STATES])
-        draining = {t.campaign_id for t in self.store.live_trials()} - {c.id for c in open_campaigns}
+        live_now = self.store.live_trials()
+        self._prime(live_now)
+        draining = {t.campaign_id for t in live_now} - {c.id for c in open_campaigns}
         for c in open_campaigns + [self.store.get_campaign(cid) for cid in sorted(draining)]:
             fault = self._faults.get(c.id)
             if fault is not None and self._cycle_no < fault.retry_at:
@@ -136,6 +138,30 @@ class Daemon:
         self.metrics.cycle_seconds.observe(elapsed)
         self.metrics.ticks.inc()
         return len(open_campaigns) + len(draining)
+
+    def _prime(self, live: list[Any]) -> None:
+        """One batched poll of every live Slurm job before the campaigns are ticked.
+
+        Each campaign's tick polls only its own trials; the Slurm executor serves a poll from its cache while
+        every handle in it was seen by its last query and that query is recent, so without this, the first
+        cycle after a start (and every cycle in which campaigns have jobs the executor has not seen) made one
+        ``squeue`` (and possibly one ``sacct``) per campaign.  Polling all live jobs at once first keeps it at
+        one ``squeue`` and at most one ``sacct`` per cycle for all live jobs.  An executor outage here is
+        transient: logged, and each campaign's own poll meets it again."""
+        from infrarsi.controller.executors.base import JobHandle
+
+        by_backend: dict[str, list[JobHandle]] = {}
+        for t in live:
+            if t.status == "submitted" and t.job_id and t.executor == "slurm":
+                by_backend.setdefault(t.executor, []).append(JobHandle(
+                    trial_id=t.trial_key, backend=t.executor, job_id=t.job_id or "",
+                    submit_time=t.submit_time or 0.0, outdir=str(t.outdir)))
+        for backend, handles in by_backend.items():
+            try:
+                self.engine.executor(backend).poll(handles)
+            except ExecutorError as exc:
+                log.warning("batched poll failed; campaigns poll on their own",
+                            extra={"x_executor": backend, "x_error": str(exc)})
 
     def _fault(self, campaign_id: int, terminal: bool, exc: BaseException) -> None:
         """Record one failed tick of a campaign; fail the campaign once its retries are used up."""
