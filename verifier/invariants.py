@@ -15,6 +15,7 @@ import statistics
 from typing import Any, Sequence
 
 from infrarsi.verifier import numerics as nm
+from infrarsi.verifier import speed
 from infrarsi.verifier.receipt import Receipt, num
 from infrarsi.verifier.spec import Item, JudgeSpec
 from infrarsi.verifier.trust import limits_note, limits_problem
@@ -444,32 +445,35 @@ def window_step_times(receipt: Receipt, window: tuple[int, int]) -> list[float]:
 
 
 def window_mean_step_time(receipt: Receipt, window: tuple[int, int]) -> float:
-    """Mean wrapper-clock step time over the window (NaN when no stamped update falls in it)."""
-    t = window_step_times(receipt, window)
-    return statistics.fmean(t) if t else math.nan
+    """The run's window step time T on the wrapper's clock (:func:`infrarsi.verifier.speed.window_step_time`:
+    mean step time after winsorizing rare stragglers); NaN when no stamped update falls in the window."""
+    return speed.window_step_time(window_step_times(receipt, window))
 
 
 def job_mean_step_time(receipt: Receipt, window: tuple[int, int]) -> float:
-    """Mean of the job's self-reported ``step_time_s`` over the window (NaN when none)."""
+    """The same statistic over the job's self-reported ``step_time_s`` in the window (NaN when none is usable)."""
     s, e = window
     t = [num(u.get("step_time_s")) for u in receipt.updates[s - 1:e] if u.get("step_time_s") is not None]
-    return statistics.fmean(t) if t else math.nan
+    return speed.window_step_time(t)
 
 
 def timing_consistent(trial: Receipt, refs: Refs, spec: JudgeSpec) -> Item:
-    """The gain on the wrapper's clock agrees with the gain on the job's clock: |delta ln| <= timing_tol."""
+    """The gain on the wrapper's clock agrees with the gain on the job's clock: |delta ln| <= timing_tol.
+
+    Both clocks use the one window statistic; the references' is the mean of their c = ln T."""
     if not refs:
         return Item("timing_consistent", "L5", "unchecked", "no reference")
-    rw = statistics.fmean(window_mean_step_time(r, spec.window) for r in refs)
-    rj = statistics.fmean(job_mean_step_time(r, spec.window) for r in refs)
-    if not (0 < rw < math.inf and 0 < rj < math.inf):
+    rws = [window_mean_step_time(r, spec.window) for r in refs]
+    rjs = [job_mean_step_time(r, spec.window) for r in refs]
+    if not all(0 < x < math.inf for x in rws + rjs):
         return Item("timing_consistent", "L5", "unchecked", "the reference has no clock timestamps in the window")
     cw, cj = window_mean_step_time(trial, spec.window), job_mean_step_time(trial, spec.window)
     if not (0 < cj < math.inf):
         return Item("timing_consistent", "L5", "fail", "no valid job-reported step times in the window")
     if not (cw > 0):
         return Item("timing_consistent", "L5", "fail", "no wrapper clock time passed inside the window")
-    gain_wrapper, gain_job = math.log(rw / cw), math.log(rj / cj)
+    gain_wrapper = statistics.fmean(math.log(x) for x in rws) - math.log(cw)
+    gain_job = statistics.fmean(math.log(x) for x in rjs) - math.log(cj)
     d = gain_wrapper - gain_job
     ok = abs(d) <= spec.timing_tol
     return Item("timing_consistent", "L5", "pass" if ok else "fail",
@@ -478,16 +482,21 @@ def timing_consistent(trial: Receipt, refs: Refs, spec: JudgeSpec) -> Item:
 
 
 def speed_reproduces(ref_times: list[float], cand_times: list[float], promotion_margin: float) -> Item:
-    """Promotion gate: mean(ref re-run)/mean(candidate re-run) - 1 > promotion_margin."""
+    """Promotion gate (:func:`infrarsi.verifier.speed.clears`): pair j is (ref_times[j], cand_times[j]), each a
+    run's window step time T; passes when exp(mean_j ln(T_ref,j / T_cand,j)) - 1 > promotion_margin.  The
+    controller's promotion decision calls the same function on the same pairs and margin, so they agree."""
     if not ref_times or not cand_times:
         return Item("speed_reproduces", "L5", "unchecked", "no back-to-back re-run times")
-    r, c = statistics.fmean(ref_times), statistics.fmean(cand_times)
-    if not (r > 0 and c > 0):
+    if len(ref_times) != len(cand_times):
+        return Item("speed_reproduces", "L5", "unchecked",
+                    f"{len(ref_times)} reference and {len(cand_times)} candidate re-run times do not pair up")
+    ps = speed.paired_speedup(zip(ref_times, cand_times))
+    if ps is None:
         return Item("speed_reproduces", "L5", "unchecked", "re-run times are not positive")
-    gain = r / c - 1
-    ok = gain > promotion_margin
+    ok = speed.clears(ps, promotion_margin)
     return Item("speed_reproduces", "L5", "pass" if ok else "fail",
-                f"re-run speedup {gain:+.2%} {'>' if ok else '<='} margin {promotion_margin:.2%}")
+                f"paired speedup {ps.speedup - 1:+.2%} over {ps.n_pairs} back-to-back pair(s) "
+                f"{'>' if ok else '<='} margin {promotion_margin:.2%}")
 
 
 def resume_continues(trial: Receipt, refs: Refs, spec: JudgeSpec) -> Item:

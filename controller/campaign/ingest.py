@@ -7,6 +7,10 @@ scheduler's state alone.  Pure apart from reading ``receipt.json`` from the tria
 Bounded: the receipt file's size is checked before it is read (never more than ``MAX_RECEIPT_BYTES + 1`` bytes
 are held); an oversized receipt is stored as a small marker (:func:`~infrarsi.verifier.receipt.oversized_marker`)
 and rejected at L0.  The executor's own start/end times are passed to the judge (``executor_clock``, L5).
+
+An observation's ``step_time_s`` is THE window statistic T of :mod:`infrarsi.verifier.speed` (mean wrapper-clock
+step time over the timing window, rare stragglers winsorized; what was clipped is in ``details.window_clipped``),
+so ln(T_ref / T) of two observations is exactly the paired log-speedup the promotion and L5 use.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from infrarsi.controller.store.records import Ingest, TrialRecord, VerdictItem
+from infrarsi.verifier import speed
 from infrarsi.verifier.judge import judge, window_mean_step_time, window_step_times
 from infrarsi.verifier.receipt import (
     MAX_RECEIPT_BYTES, Receipt, ReceiptError, classify_outcome, load_receipt, num, oversized_marker,
@@ -141,8 +146,14 @@ def build_ingest(trial: TrialRecord, exec_outcome: str, exec_reason: str, start:
         reason = _first_error(receipt) or exec_reason or f"exit code {receipt.wrapper.get('exit_code')}"
         return Ingest(outcome=outcome, reason=reason, receipt_raw=raw, signature_ok=True, peak_mem_gib=peak,
                       details=details, gpu_seconds=gpu_seconds, **base), receipt
-    step = window_mean_step_time(receipt, spec.window)
-    details["window_step_times"] = window_step_times(receipt, spec.window)
+    times = window_step_times(receipt, spec.window)
+    step = window_mean_step_time(receipt, spec.window)  # THE window statistic T (infrarsi.verifier.speed)
+    details["window_step_times"] = times
+    try:
+        summ = speed.window_summary(times)
+        details["window_clipped"] = {"steps": summ.clipped, "seconds": summ.clipped_s}
+    except speed.SpeedError:
+        pass
     loss = window_loss(receipt, spec.window)
     kind = "near_cap" if peak is not None and peak > 0.97 * capacity_gib else "exact"
     if trial.stage == "reference" or not references:

@@ -2,17 +2,28 @@
 
 Each promotion candidate was re-run in pairs: the untouched reference, then the candidate, adjacent in time on
 the same executor.  A pair counts only when both runs completed and the candidate's re-run passed the verifier.
-The search library's ``promote`` picks the fastest candidate whose paired speedup clears
-``exp(2*sigma_pair) - 1``; otherwise the delivered speedup is exactly 1.00x, with the reason.
+The decision is the search library's own (:func:`~infrarsi.controller.search.promotion.decide_promotion_detailed`,
+what ``SearchController.promote`` calls): the fastest candidate whose paired speedup exp(mean ln(T_ref/T_cand))
+clears exp(2 * sigma_bound) - 1, where sigma_bound bounds sigma_pair from the reference runs *and* every repeat
+of this campaign (reference re-runs, each candidate's search run and re-runs); otherwise exactly 1.00x, with the
+reason.  The L5 ``speed_reproduces`` item is then computed on the same pairs with the same margin (the same
+function decides both), and recorded; it can veto only if the two ever disagreed, which is a bug.
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
+from infrarsi.controller.search.promotion import decide_promotion_detailed, search_evidence
 from infrarsi.controller.search.space import Candidate, Promotion
 from infrarsi.controller.store.records import ObservationRecord, TrialRecord
 from infrarsi.verifier.judge import speed_reproduces
+
+
+#: how the speedup in result.json and REPORT.md is computed (docs/verifier.md, "Verified speedup")
+STATISTIC = ("speedup = exp(mean over back-to-back pairs of ln(T_ref / T_cand)); T = a run's mean wrapper-clock "
+             "step time over the timing window, rare stragglers winsorized; promoted when speedup - 1 > "
+             "exp(2 * sigma_bound) - 1, sigma_bound = max(90% upper bound of sigma_pair, 0.5%)")
 
 
 def decide(ctrl: Any, plan: list[dict[str, Any]], done: Sequence[TrialRecord],
@@ -41,16 +52,18 @@ def decide(ctrl: Any, plan: list[dict[str, Any]], done: Sequence[TrialRecord],
                 reruns.setdefault(cand, []).append((ro.step_time_s, ko.step_time_s))
             elif k.outcome == "rejected":
                 rejected.append(f"{p['signature'][:10]}: {k.reason}")
+    evidence = None
     if not plan:
         promo = Promotion(None, 1.0, "no verified candidate beat the reference during the search")
     elif not reruns:
         promo = Promotion(None, 1.0, "no promotion candidate completed a clean back-to-back re-run")
     else:
-        promo = ctrl.promote(reruns)
+        promo, evidence = decide_promotion_detailed(reruns, ctrl.noise, search_evidence(ctrl.history))
+    margin = evidence.margin if evidence is not None else float(ctrl.noise.promotion_margin)
     gate = None
     if promo.candidate is not None and promo.candidate in reruns:
         pr = reruns[promo.candidate]
-        item = speed_reproduces([a for a, _ in pr], [b for _, b in pr], float(ctrl.noise.promotion_margin))
+        item = speed_reproduces([a for a, _ in pr], [b for _, b in pr], margin)
         gate = {"name": item.name, "layer": item.layer, "status": item.status, "reason": item.reason}
         if item.status != "pass":
             promo = Promotion(None, 1.0, f"L5 speed_reproduces: {item.reason}")
@@ -63,7 +76,14 @@ def decide(ctrl: Any, plan: list[dict[str, Any]], done: Sequence[TrialRecord],
         "pairs": pairs_json,
         "rejected_reruns": rejected,
         "speed_reproduces": gate,
-        "promotion_margin": float(ctrl.noise.promotion_margin),
+        "promotion_margin": margin,
+        "statistic": STATISTIC,
     }
+    if evidence is not None:
+        ev = evidence.to_dict()
+        details["noise"] = ev["noise"]
+        details["candidates"] = ev["candidates"]
+    elif callable(getattr(ctrl.noise, "bound", None)):
+        details["noise"] = ctrl.noise.bound().to_dict()
     return promo, details
 

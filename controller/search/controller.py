@@ -23,7 +23,7 @@ from infrarsi.controller.search import proposals
 from infrarsi.controller.search.failures import FailureLedger
 from infrarsi.controller.search.features import FeatureMap
 from infrarsi.controller.search.models import MemoryModel, TimeModel, log_speedup, memory_rows
-from infrarsi.controller.search.promotion import decide_promotion
+from infrarsi.controller.search.promotion import decide_promotion, search_evidence
 from infrarsi.controller.search.space import (PATCH, Candidate, KnobSpec, Outcome, Promotion, SearchSpace, Setting,
                                      settings_key)
 from infrarsi.surrogate.amdahl import amdahl_ceiling
@@ -336,7 +336,7 @@ class SearchController:
 
     def promote(self, reruns: dict[Candidate, list[tuple[float, float]]]) -> Promotion:
         """Promote the fastest re-run candidate whose paired speedup clears the noise margin, else 1.00x."""
-        return decide_promotion(reruns, float(self.noise.promotion_margin))
+        return decide_promotion(reruns, self.noise, search_evidence(self.history))
 
     def state_summary(self) -> dict:
         coef, csd = self.time.coef()

@@ -10,6 +10,7 @@ import pytest
 
 from infrarsi.surrogate import NoiseModel, SurrogateError, calibrate, window_log_mean
 from infrarsi.surrogate.noise import paired_log_speedup
+from infrarsi.verifier.speed import MIN_SIGMA_PAIR
 
 STEP = 0.8  # seconds per update of the synthetic workload
 
@@ -44,8 +45,11 @@ def test_dedicated_regime_matches_paper_range_and_gates() -> None:
         assert 0.5 * DEDICATED_TRUE < nm.sigma_pair < 2.0 * DEDICATED_TRUE
         assert 0.0003 < nm.sigma_pair < 0.0015  # the paper's 0.04-0.10% band, with slack
         assert nm.big_knob_gate == 0.02  # floor of the gate
-        assert nm.promotion_margin == pytest.approx(math.expm1(2 * nm.sigma_pair))
-        assert nm.promotion_margin < 0.005
+        # the margin derives from the bound, floored at the documented minimum (0.5% -> margin ~1%)
+        assert nm.sigma_pair_ucb > nm.sigma_pair
+        assert nm.sigma_pair_bound == max(nm.sigma_pair_ucb, MIN_SIGMA_PAIR) == MIN_SIGMA_PAIR
+        assert nm.promotion_margin == pytest.approx(math.expm1(2 * nm.sigma_pair_bound))
+        assert nm.dof == (4 if nm.source == "between" else 9)  # k - 1 re-run pairs, + k split halves
 
 
 def test_shared_regime_comes_out_above_six_percent_scale() -> None:
