@@ -176,19 +176,44 @@ def load_receipt(path_or_bytes: str | Path | bytes, master_key: bytes, expected_
     return Receipt.from_dict(d)
 
 
-def classify_outcome(receipt: Receipt) -> str:
-    """``"timeout"``, ``"oom"``, ``"crash"`` or ``"ok"`` from the wrapper section and the updates/footer.
+def wrapper_outcome(wrapper: Any) -> tuple[str, str]:
+    """THE outcome precedence of a finished job from its receipt's ``wrapper`` section (also unverified JSON):
 
-    ``ok`` needs exit code 0, no signal, and a footer whose ``completed`` equals the
-    number of update lines received.
+    1. ``oom``: the wrapper recorded an out-of-memory event or an ``oom`` error line (the most informative
+       cause: a job that ran out of memory and then hung or was killed is an OOM, which the memory model needs);
+    2. ``timeout``: the wrapper's timeout expired;
+    3. ``crash``: a signal or a non-zero exit code;
+    4. ``ok``: exit code 0, no signal.
+
+    Returns ``(outcome, one-line reason)``.  :func:`classify_outcome` adds completion (the footer) to ``ok``;
+    the executors (``controller/executors/classify.py``) call this function and fall back to the scheduler's
+    state and the job log only for what it cannot say.
     """
-    w = receipt.wrapper
+    w = wrapper if isinstance(wrapper, dict) else {}
+    errors = w.get("errors") if isinstance(w.get("errors"), list) else []
+    if w.get("oom") or any(isinstance(e, dict) and e.get("kind") == "oom" for e in errors):
+        detail = w.get("oom")
+        extra = ""
+        if isinstance(detail, dict) and detail.get("requested_gib") is not None:
+            extra = f" (requested {detail.get('requested_gib')} GiB, free {detail.get('free_gib')} GiB)"
+        return "oom", f"receipt: out of memory{extra}"
     if w.get("timed_out"):
-        return "timeout"
-    if w.get("oom") or any(e.get("kind") == "oom" for e in w.get("errors") or []):
-        return "oom"
-    if w.get("exit_code") != 0 or w.get("signal"):
-        return "crash"
+        return "timeout", "receipt: the wrapper's timeout expired"
+    sig, rc = w.get("signal"), w.get("exit_code")
+    if sig:
+        return "crash", f"receipt: job ended with signal {sig}"
+    if rc != 0:
+        return "crash", f"receipt: job ended with exit code {rc}"
+    return "ok", "receipt: exit code 0"
+
+
+def classify_outcome(receipt: Receipt) -> str:
+    """``"oom"``, ``"timeout"``, ``"crash"`` or ``"ok"``: :func:`wrapper_outcome`'s precedence, then completion:
+    ``ok`` also needs a footer whose ``completed`` equals the number of update lines received (else ``crash``).
+    """
+    outcome, _ = wrapper_outcome(receipt.wrapper)
+    if outcome != "ok":
+        return outcome
     if receipt.footer is None or receipt.footer.get("completed") != len(receipt.updates):
         return "crash"
     return "ok"

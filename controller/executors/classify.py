@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from infrarsi.verifier.receipt import wrapper_outcome
+
 #: log lines that mean the job ran out of *device* memory
 _CUDA_OOM = re.compile(r"torch\.OutOfMemoryError|CUDA out of memory|torch\.cuda\.OutOfMemoryError")
 #: slurmstepd lines that mean the job exceeded its host memory limit (--mem)
@@ -95,27 +97,22 @@ def classify(
     local pseudo-state (``EXITED``, ``CANCELLED``, ``VANISHED``); ``exit_code`` /
     ``signal`` are the backend's view; ``cancel_reason`` is set when the executor
     itself cancelled the job (user cancel or pending deadline).
-    Order: receipt verdicts that are definitive (ok, oom, timeout); then the
-    backend state (cancelled, timeout, host oom); then the log (CUDA/host OOM);
-    otherwise crash, with a reason naming what was seen.
+    Order: the receipt's wrapper section through the verifier's one precedence
+    (:func:`infrarsi.verifier.receipt.wrapper_outcome`: oom, timeout, crash, ok);
+    when it says crash (or there is no receipt), the backend state (cancelled,
+    timeout, host oom), then the log (CUDA/host OOM); otherwise crash, with a
+    reason naming what was seen.  Completion (the footer) is judged at
+    ingestion by :func:`infrarsi.verifier.receipt.classify_outcome`, on the
+    verified receipt.
     """
     state = (backend_state or "").upper().split(" ")[0]
     if receipt is not None:
         w = receipt.get("wrapper") if isinstance(receipt.get("wrapper"), dict) else {}
         rc = _int_or_none(w.get("exit_code"))
         sig = _int_or_none(w.get("signal"))
-        errors = w.get("errors") if isinstance(w.get("errors"), list) else []
-        oom_err = [e for e in errors if isinstance(e, dict) and e.get("kind") == "oom"]
-        if w.get("oom") or oom_err:
-            detail = w.get("oom") or {}
-            extra = ""
-            if isinstance(detail, dict) and detail.get("requested_gib") is not None:
-                extra = f" (requested {detail.get('requested_gib')} GiB, free {detail.get('free_gib')} GiB)"
-            return Classification("oom", f"receipt: out of memory{extra}", rc, sig)
-        if w.get("timed_out"):
-            return Classification("timeout", "receipt: the wrapper's timeout expired", rc, sig)
-        if rc == 0 and not sig:
-            return Classification("ok", "receipt: exit code 0", rc, sig)
+        outcome, reason = wrapper_outcome(w)
+        if outcome != "crash":
+            return Classification(outcome, reason, rc, sig)
         # non-zero or signalled: let the backend say why it was stopped
         if cancel_reason or state == "CANCELLED":
             return Classification("cancelled", cancel_reason or "Slurm state CANCELLED", rc, sig)
@@ -125,8 +122,7 @@ def classify(
             return Classification("oom", "host memory limit exceeded (Slurm/log)", rc, sig)
         if _CUDA_OOM.search(log_text):
             return Classification("oom", "log: CUDA out of memory", rc, sig)
-        what = f"signal {sig}" if sig else f"exit code {rc}"
-        return Classification("crash", f"receipt: job ended with {what}", rc, sig)
+        return Classification("crash", reason, rc, sig)
 
     # no receipt: the wrapper never finished writing it (or refused to start the job)
     refused = wrapper_error(log_text)
