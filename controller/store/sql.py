@@ -166,6 +166,8 @@ class SqlStore(Store):
             row = m.Campaign(state="init", **{mapping.get(k, k): v for k, v in kw.items()})
             s.add(row)
             s.flush()
+            if self.dialect == "postgresql":
+                s.refresh(row, ["owner"])  # the campaigns_owner trigger may have replaced it with current_user
             s.add(m.Event(campaign_id=row.id, kind="campaign.created", payload={"name": row.name}))
             return _campaign(row)
 
