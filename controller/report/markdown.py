@@ -225,9 +225,26 @@ def _noise(r: dict[str, Any]) -> str:
         margin = num(_d(r.get("promotion")).get("promotion_margin"))
     gate = num(ref.get("big_knob_gate"))
     means = [num(x) for x in _l(ref.get("reference_window_means"))]
+    nb = _d(_d(r.get("promotion")).get("noise"))
+    if nb:
+        sig = num(nb.get("sigma_pair"))
+        srcs = ", ".join(f"{text(v)} {text(k)}" for k, v in _d(nb.get("sources")).items() if v)
+        bound_rows = [
+            ["sigma_pair estimate (all repeats)", f"{pct(sig, 3)} ({text(nb.get('dof'))} dof, set by "
+                                                  f"{text(nb.get('set_by'))})"],
+            [f"sigma_pair {pct(num(nb.get('level')), 0)} upper bound", pct(num(nb.get("sigma_ucb")), 3)],
+            ["sigma_pair bound used (minimum " + pct(num(nb.get("sigma_min")), 2) + ")",
+             pct(num(nb.get("sigma_bound")), 3)],
+            ["Runs behind it", f"{text(nb.get('n_runs'))} ({srcs or DASH})"],
+        ]
+        margin = num(nb.get("margin"))
+    else:
+        bound_rows = []
     rows = [
-        ["sigma_pair (paired log step-time noise)", DASH if sig is None else f"{sig:.4f} ({pct(sig, 2)})"],
-        ["Promotion margin exp(2·sigma_pair) − 1", pct(margin, 2)],
+        *([] if nb else [["sigma_pair (paired log step-time noise)",
+                           DASH if sig is None else f"{sig:.4f} ({pct(sig, 2)})"]]),
+        *bound_rows,
+        ["Promotion margin exp(2·sigma_bound) − 1", pct(margin, 2)],
         ["Big-knob gate max(0.02, 2·sigma_pair)", pct(gate, 2)],
         ["Reference step time (ms/update)", ms(ref.get("step_time_s"))],
         ["Reference window means (ms)", ", ".join(ms(x) for x in means) or DASH],

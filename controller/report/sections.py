@@ -121,6 +121,20 @@ def promotion_section(r: dict[str, Any]) -> str:
     if margin is None:
         margin = num(_d(r.get("reference")).get("promotion_margin"))
     out.append(f"A candidate is promoted only if its back-to-back paired speedup clears the margin {pct(margin, 2)}.")
+    out += ["", "Speedup (one definition, docs/verifier.md \"Verified speedup\"): exp(mean over back-to-back pairs "
+                "of ln(T_ref / T_cand)), T = a run's mean step time on the wrapper's clock over the timing window, "
+                "rare stragglers winsorized; margin = exp(2·sigma_bound) − 1, sigma_bound = max(90% upper bound of "
+                "sigma_pair pooled over every repeat, 0.5%)."]
+    cands = _d(pr.get("candidates"))
+    crow = []
+    for sig, c in cands.items():
+        c = _d(c)
+        iv = _l(c.get("interval"))
+        crow.append([text(sig, 12), fx(num(c.get("speedup")), 4), text(c.get("pairs")),
+                     f"{fx(num(iv[0]), 4)} – {fx(num(iv[1]), 4)}" if len(iv) == 2 else DASH])
+    if crow:
+        out += ["", table(["Candidate", "Paired speedup", "Pairs", "Interval (±2·sigma_bound/√pairs)"], crow,
+                          right=(1, 2))]
     if not pairs:
         out += ["", "No promotion re-runs were made (no candidate reached verification)."]
     else:
