@@ -138,6 +138,9 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
                      "executor": c.executor, "created_at": c.created_at.isoformat(),
                      "finished_at": datetime.now(timezone.utc).isoformat()},
         "delivered_speedup": speedup,
+        # which number delivered_speedup is, and the noise bound its margin came from (docs/verifier.md)
+        "speedup_statistic": promo.get("statistic"),
+        "noise_bound": promo.get("noise"),
         "invariant_count": len(INVARIANTS),
         "reason": promo.get("reason", ""),
         "reference": {"config": ref_full, "step_time_s": t0, "sigma_pair": doctor.get("sigma_pair"),
