@@ -108,3 +108,45 @@ def test_second_unix_user_cannot_see_or_cancel_anothers_campaign(people: tuple[R
     assert {e["campaign_id"] for e in json.loads(infrarsi("audit", "--json", env=eve_env).stdout)} == {mine}
     table = infrarsi("audit", "--campaign", str(cid), env=carol_env).stdout
     assert f"init -> cancelled (cancelled by {db.names['carol']})" in table and db.names["alice"] in table
+
+
+@pytest.mark.slurm
+def test_a_researchers_cancel_stops_slurm_jobs_through_the_daemon(people: tuple[RolesDb, str], tmp_path: Path,
+                                                                   toy_repo: Path) -> None:
+    """The researcher cancels through infrarsi_cancel_campaign; the daemon (its own role) stops the jobs."""
+    import time
+
+    from sqlalchemy import create_engine, text
+
+    from tests.campaign.helpers import git_env
+
+    if shutil.which("squeue") is None:
+        pytest.skip("Slurm is not installed (deploy/slurm-up.sh)")
+    db, _ = people
+    text_ = (toy_repo / "infrarsi.yaml").read_text().replace("--speed={value}", "--speed={value} --base=2.0")
+    (toy_repo / "infrarsi.yaml").write_text(text_)  # slow trials: each update sleeps 2 s
+    subprocess.run(["git", "-C", str(toy_repo), "commit", "-qam", "slow"], check=True, env=git_env())
+    alice_env = _env(db, tmp_path, "alice")
+    daemon_env = _env(db, tmp_path, "daemon", INFRARSI_POLL_S="1", INFRARSI_HOME=str(tmp_path / "daemon-home"))
+    cid = int(infrarsi("submit", str(toy_repo / "infrarsi.yaml"), "--executor", "slurm", "--parsable",
+                       env=alice_env).stdout)
+    admin = create_engine(db.url)
+    deadline = time.monotonic() + 120
+    jobs: list[str] = []
+    while not jobs and time.monotonic() < deadline:
+        infrarsi("serve", "--once", env=daemon_env)
+        with admin.connect() as conn:
+            jobs = [r[0] for r in conn.execute(text("SELECT job_id FROM trials WHERE status='submitted'"))]
+    assert jobs, "no Slurm job was submitted"
+    out = infrarsi("campaign", "cancel", str(cid), env=alice_env)
+    assert "cancelled (the daemon stops its running jobs)" in out.stdout
+    while time.monotonic() < deadline:
+        infrarsi("serve", "--once", env=daemon_env)
+        with admin.connect() as conn:
+            rows = conn.execute(text("SELECT status, outcome FROM trials")).all()
+        if all(r.status == "ingested" for r in rows):
+            break
+    admin.dispose()
+    assert all(r.status == "ingested" and r.outcome == "cancelled" for r in rows), rows
+    queue = subprocess.run(["squeue", "-h", "-o", "%i %T", "-j", ",".join(jobs)], capture_output=True, text=True)
+    assert all("RUNNING" not in line and "PENDING" not in line for line in queue.stdout.splitlines()), queue.stdout
