@@ -76,15 +76,15 @@ class LoadResult:
 
 
 def _contract(trials: int, real: bool) -> str:
-    """The toy contract with a search space of 96 candidates and ``trials`` concurrent search trials."""
+    """The toy contract with a search space of 216 candidates and ``trials`` concurrent search trials."""
     text = (TOY / "infrarsi.yaml").read_text()
     extra = """  - name: pad
-    values: [1, 2, 3, 4]
+    values: [1, 2, 3, 4, 5, 6]
     reference: 1
     kind: ordered
     apply: {env: TOY_PAD}
   - name: lane
-    values: [1, 2, 3, 4]
+    values: [1, 2, 3, 4, 5, 6]
     reference: 1
     kind: ordered
     apply: {env: TOY_LANE}
@@ -135,7 +135,9 @@ class PgDatabase:
 
 
 def _cpu() -> float:
-    return time.process_time()
+    """CPU seconds of this process and of its finished children (git exports run as subprocesses)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def run_load(campaigns: int, trials: int, backend: str = "standin", max_cycles: int = 400,
@@ -177,6 +179,9 @@ def run_load(campaigns: int, trials: int, backend: str = "standin", max_cycles: 
         daemon = Daemon(store, engine, interval_s=interval_s, metrics=metrics, lease_s=120)
         assert daemon.lease.acquire(), "could not take the leader lease"
         store.set_fence(daemon.lease)
+        from infrarsi.controller.store.lease import Heartbeat
+
+        beat = Heartbeat(daemon.lease, 20.0).start()  # as Daemon._lead does: the run outlasts one lease
         res = LoadResult(backend=backend, campaigns=campaigns, trials_per_campaign=trials)
         t_run, cpu_run = time.monotonic(), _cpu()
         standin_cpu = 0.0
@@ -221,6 +226,7 @@ def run_load(campaigns: int, trials: int, backend: str = "standin", max_cycles: 
                                          "GROUP BY outcome")).all()
             res.outcomes = {str(o): int(k) for o, k in rows}
             res.trials_ingested = sum(res.outcomes.values())
+            beat.stop()
             daemon.lease.release()
             store.set_fence(None)
             store.engine.dispose()
