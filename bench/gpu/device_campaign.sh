@@ -28,7 +28,10 @@ cd "$ROOT"
 if [ -n "$HAND" ]; then
     python3 bench/gpu/handtune.py --configs "$HAND" --json "$OUT/handtune.json" 2>&1 | tail -20
 fi
-cp "$INFRARSI_HOME/infrarsi.sqlite" "$INFRARSI_HOME/signing.key" "$OUT/" 2>/dev/null
+# the store runs SQLite in WAL mode: copy through the backup API (a plain cp of the main file loses the WAL's rows)
+python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" \
+    "$INFRARSI_HOME/infrarsi.sqlite" "$OUT/infrarsi.sqlite"
+cp "$INFRARSI_HOME/signing.key" "$OUT/" 2>/dev/null
 rep=$(ls -d /tmp/infrarsi-scratch/*/report 2>/dev/null | head -1)
 [ -n "$rep" ] && cp "$rep/REPORT.md" "$rep/result.json" "$rep/progress.png" "$OUT/" 2>/dev/null
 ls -la "$OUT"
