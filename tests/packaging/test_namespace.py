@@ -29,3 +29,14 @@ def test_no_source_file_imports_a_bare_top_level_folder() -> None:
             for m in BARE.finditer(path.read_text(encoding="utf-8")):
                 offenders.append(f"{path.relative_to(ROOT)}: {m.group(0).strip()}")
     assert not offenders, "bare imports (use infrarsi.<folder>):\n" + "\n".join(offenders)
+
+
+def test_test_modules_have_unique_basenames() -> None:
+    """pytest imports test files by basename (no __init__.py): two files with one name break collection."""
+    seen: dict[str, Path] = {}
+    dups = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        if path.name in seen:
+            dups.append(f"{seen[path.name].relative_to(ROOT)} and {path.relative_to(ROOT)}")
+        seen.setdefault(path.name, path)
+    assert not dups, "test files sharing a basename: " + "; ".join(dups)
