@@ -5,10 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q --disable-pip-version-check -e '.[dev,train]' 2>&1 | grep -v -i "warning" || true
 python3 -c "import infrarsi.controller, infrarsi.verifier, infrarsi.surrogate, torch" || { echo "test.sh: install failed" >&2; exit 1; }
-if ! command -v bwrap >/dev/null 2>&1; then  # the exec wrapper's sandbox (fails closed without it)
-  (apt-get install -y -qq bubblewrap || (apt-get update -qq && apt-get install -y -qq bubblewrap)) >/dev/null 2>&1 \
-    || { echo "test.sh: cannot install bubblewrap" >&2; exit 1; }
-fi
+bash deploy/bubblewrap.sh  # the exec wrapper's sandbox (trials fail closed without it)
 bash deploy/slurm-up.sh
 bash deploy/pg-up.sh
 export OPENBLAS_NUM_THREADS=1
