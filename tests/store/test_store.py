@@ -1,4 +1,5 @@
-"""The SQL store on SQLite and PostgreSQL: round-trips, ingestion atomicity, finops views, leader lease."""
+"""The Store contract on every backend (memory, SQLite, PostgreSQL; tests/store/conftest.py): round-trips,
+ingestion atomicity, finops views, leader lease and fencing, snapshots that cannot change stored rows."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import time
 
 import pytest
 
-from infrarsi.controller.store import open_store
 from infrarsi.controller.store.base import FencedError
 from infrarsi.controller.store.records import Ingest, VerdictItem
 
@@ -31,11 +31,6 @@ def _ingest(store, tid, outcome, gpu_seconds, layer=None):
                                     oom_shortfall_gib=1.5 if outcome == "oom" else None, accepted=outcome == "ok",
                                     first_failed_layer=layer, details={"k": [1, 2]}, gpu_seconds=gpu_seconds,
                                     start_time=100.0, end_time=100.0 + gpu_seconds))
-
-
-@pytest.fixture
-def store(any_url):
-    return open_store(any_url, auto_upgrade=True)
 
 
 def test_roundtrip_every_table(store) -> None:
@@ -111,8 +106,8 @@ def test_finops_views_match_hand_computation(store) -> None:
     assert per["b"]["gpu_hours_per_pct"] is None  # 1.00x: no verified percent to divide by
 
 
-def test_lease_is_exclusive_and_tokens_increase(any_url: str) -> None:
-    s1, s2 = open_store(any_url, auto_upgrade=True), open_store(any_url, auto_upgrade=True)
+def test_lease_is_exclusive_and_tokens_increase(store_factory) -> None:
+    s1, s2 = store_factory(), store_factory()
     a, b = s1.lease(lease_s=30), s2.lease(lease_s=30)
     assert a.acquire() and a.token == 1 and a.valid()
     assert not b.acquire() and b.token is None
@@ -124,8 +119,8 @@ def test_lease_is_exclusive_and_tokens_increase(any_url: str) -> None:
     assert not a.renew() and not a.valid()
 
 
-def test_expired_lease_is_taken_over_and_old_writes_are_fenced(any_url: str) -> None:
-    s1, s2 = open_store(any_url, auto_upgrade=True), open_store(any_url, auto_upgrade=True)
+def test_expired_lease_is_taken_over_and_old_writes_are_fenced(store_factory) -> None:
+    s1, s2 = store_factory(), store_factory()
     cid = _campaign(s1).id
     old = s1.lease(lease_s=0.3)
     assert old.acquire()
@@ -170,3 +165,55 @@ def test_lease_config_from_env_is_one_line(monkeypatch: pytest.MonkeyPatch) -> N
     assert grant_sql("infrarsi_daemon") == 'GRANT SELECT, INSERT, UPDATE ON TABLE public.leader_lease TO "infrarsi_daemon"'
     with pytest.raises(StoreError):
         grant_sql('x"; DROP TABLE trials; --')
+
+
+def test_snapshots_are_frozen_copies(store) -> None:
+    import dataclasses
+
+    c = store.update_campaign(_campaign(store).id, scope={"commit": "abc", "frozen": {"a": "1"}})
+    c.scope["frozen"]["a"] = "changed"  # a snapshot is a copy: changing it changes nothing stored
+    assert store.get_campaign(c.id).scope == {"commit": "abc", "frozen": {"a": "1"}}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.state = "done"  # type: ignore[misc]
+    t = _trial(store, c.id, "k1")
+    t.config["mb"] = 99
+    assert store.get_trial(t.id).config == {"mb": 4}
+    with pytest.raises(KeyError, match="no campaign 999"):
+        store.get_campaign(999)
+    with pytest.raises(KeyError, match="no trial 999"):
+        store.get_trial(999)
+
+
+def test_cancel_is_final_and_audited_with_identity(store) -> None:
+    c = _campaign(store, owner=None)  # type: ignore[arg-type]
+    me = store.identity()
+    assert c.owner == me and store.sees_all()
+    c = store.cancel_campaign(c.id, "stop it")
+    assert c.state == "cancelled" and c.error == "stop it"
+    assert store.update_campaign(c.id, state="run", error="late").state == "cancelled"  # a cancel is final
+    assert store.cancel_campaign(c.id).error == "stop it"  # terminal: nothing changes
+    trail = store.audit(campaign_id=c.id)
+    assert [e.kind for e in trail] == ["campaign.created", "campaign.state"]
+    assert {e.actor for e in trail} == {me} and trail[1].payload["to"] == "cancelled"
+    assert store.audit(campaign_id=c.id, kinds=["campaign.state"], actor=me)[0].id == trail[1].id
+    with pytest.raises(KeyError):
+        store.cancel_campaign(999)
+
+
+def test_fenced_ingest_writes_nothing(store_factory) -> None:
+    s1, s2 = store_factory(), store_factory()
+    cid = _campaign(s1).id
+    t = _trial(s1, cid, "k1")
+    old = s1.lease(lease_s=30)
+    assert old.acquire()
+    s1.set_fence(old)
+    old_token = old.token
+    s2.lease(lease_s=30).release()  # releasing a lease one does not hold changes nothing
+    assert s2.lease_info().token == old_token  # type: ignore[union-attr]
+    old.release()
+    new = s2.lease(lease_s=30)
+    assert new.acquire() and new.token == old_token + 1  # type: ignore[operator]
+    with pytest.raises(FencedError):
+        _ingest(s1, t.id, "ok", 10.0)
+    assert s2.get_trial(t.id).status == "intent" and s2.observations(cid) == {} and s2.receipt_raw(t.id) is None
+    assert s2.cost_by_stage(cid) == []
