@@ -22,9 +22,13 @@ def bench() -> None:
 @click.option("--trials", default=30, show_default=True, type=click.IntRange(1), help="Trial budget per search.")
 @click.option("--repeats", default=20, show_default=True, type=click.IntRange(1), help="Seeded repeats per strategy.")
 @click.option("--q", "q", default=1, show_default=True, type=click.IntRange(1), help="Candidates per batch (free GPU slots).")
+@click.option("--slots", default=None, type=click.IntRange(1),
+              help="Asynchronous search with this many concurrent trials (a free slot is refilled at once); "
+                   "excludes --q.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the first repeat.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def search_cmd(landscape_path: str, strategies: str, trials: int, repeats: int, q: int, seed: int, as_json: bool) -> None:
+def search_cmd(landscape_path: str, strategies: str, trials: int, repeats: int, q: int, slots: int | None, seed: int,
+               as_json: bool) -> None:
     """Run each strategy REPEATS times on a landscape and report trials-to-90%, final speedup, false promotions."""
     from infrarsi.controller.search.benchmark import run_benchmark
     from infrarsi.controller.search.landscape import load_landscape
@@ -34,15 +38,20 @@ def search_cmd(landscape_path: str, strategies: str, trials: int, repeats: int, 
     bad = [s for s in names if s not in STRATEGIES]
     if not names or bad:
         raise InfrarsiError(f"--strategy: unknown {', '.join(bad) or '(empty)'}; choose from {', '.join(STRATEGIES)}")
+    if slots is not None and q != 1:
+        raise InfrarsiError("--slots and --q exclude each other (asynchronous slots or synchronous rounds)")
     land = load_landscape(landscape_path)
-    res = run_benchmark(land, names, trials=trials, repeats=repeats, q=q, seed0=seed)
+    res = run_benchmark(land, names, trials=trials, repeats=repeats, q=q, seed0=seed, slots=slots)
     if as_json:
         click.echo(json.dumps(res, sort_keys=False))
         return
-    click.echo(f"landscape {res['landscape']}: peak {res['peak_speedup']:.4f}x, {trials} trials, {repeats} repeats")
-    click.echo(f"{'strategy':<12} {'trials->90':>10} {'GPUh->90':>9} {'final':>7} {'false':>6} {'ooms':>5} {'crashes':>7}")
+    mode = f"slots {slots} (async)" if slots is not None else f"q {q}"
+    click.echo(f"landscape {res['landscape']}: peak {res['peak_speedup']:.4f}x, {trials} trials, {repeats} repeats, {mode}")
+    click.echo(f"{'strategy':<12} {'trials->90':>10} {'GPUh->90':>9} {'wallh->90':>9} {'final':>7} {'false':>6} "
+               f"{'ooms':>5} {'crashes':>7}")
     for name, s in res["strategies"].items():
         t90 = "-" if s["median_trials_to_90"] is None else f"{s['median_trials_to_90']:g}"
         h90 = "-" if s["median_gpu_hours_to_90"] is None else f"{s['median_gpu_hours_to_90']:.2f}"
-        click.echo(f"{name:<12} {t90:>10} {h90:>9} {s['median_final_speedup']:>7.4f} {s['false_promotions']:>6} "
+        w90 = "-" if s["median_wall_hours_to_90"] is None else f"{s['median_wall_hours_to_90']:.2f}"
+        click.echo(f"{name:<12} {t90:>10} {h90:>9} {w90:>9} {s['median_final_speedup']:>7.4f} {s['false_promotions']:>6} "
                    f"{s['ooms']:>5} {s['crashes']:>7}")

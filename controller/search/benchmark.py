@@ -6,6 +6,12 @@ the noise model and the reference step time; then :func:`run_search` with the
 strategy; then scoring against the noise-free truth.
 
 Scoring:
+* wall hours to 90: simulated wall-clock hours until that trial's outcome is
+  known, the doctor's reference runs included (they share the slots:
+  ``ceil(DOCTOR_RUNS / slots)`` reference durations).  A trial lasts its GPU
+  hours divided by the landscape's ``GPUS`` (overhead + updates x step time;
+  failures end early).  ``q`` = synchronous rounds of q trials, ``slots`` =
+  asynchronous with that many trials running.
 * trials-to-90: the first trial after which the strategy's best verified
   candidate (``best()``) has a noise-free log-speedup >= 0.9 * ln(peak);
   None if never.  GPU hours to 90 include the doctor runs.
@@ -38,18 +44,24 @@ DOCTOR_RUNS = 3
 class RepeatScore:
     trials_to_90: int | None
     gpu_hours_to_90: float | None
+    wall_hours_to_90: float | None
     final_speedup: float
     false_promotion: bool
     ooms: int
     crashes: int
 
 
-def run_repeat(land: Landscape, strategy: str, seed: int, trials: int, peak: float, q: int = 1) -> RepeatScore:
-    """One seeded search of one strategy on one landscape, scored against the truth."""
+def run_repeat(land: Landscape, strategy: str, seed: int, trials: int, peak: float, q: int = 1,
+               slots: int | None = None) -> RepeatScore:
+    """One seeded search of one strategy on one landscape, scored against the truth.
+
+    ``slots`` set: asynchronous search with that many concurrent trials (``q`` ignored).
+    """
     rng = np.random.default_rng([seed, 20261129])
     evaluate = land.evaluator(rng)
     ref = land.space.reference()
     runs, mems, hours = [], [], 0.0
+    doctor_wall = 0.0
     for _ in range(DOCTOR_RUNS):
         res = land.raw(ref, rng)
         steps = res.get("step_times") or [float(res["step_time_s"])] * 8
@@ -57,6 +69,9 @@ def run_repeat(land: Landscape, strategy: str, seed: int, trials: int, peak: flo
         if res.get("peak_mem_gib") is not None:
             mems.append(float(res["peak_mem_gib"]))
         hours += land.to_outcome(res).gpu_hours
+        doctor_wall = max(doctor_wall, land.to_outcome(res).gpu_hours / land.gpus)
+    width = slots if slots is not None else q
+    doctor_wall *= math.ceil(DOCTOR_RUNS / width)
     noise = calibrate(runs)
     t0 = float(np.exp(np.mean([np.mean(np.log(r)) for r in runs])))
     kwargs: dict[str, Any] = {}
@@ -64,21 +79,22 @@ def run_repeat(land: Landscape, strategy: str, seed: int, trials: int, peak: flo
         kwargs["reference_peak_mem_gib"] = float(np.mean(mems)) if mems else None
         if hasattr(land.module, "PATCH_PRIORS"):
             kwargs["patch_priors"] = dict(land.module.PATCH_PRIORS)
-    strat = make_strategy(strategy, land.space, noise, t0, land.capacity_gib, seed=seed, **kwargs)
-    result = run_search(land.space, evaluate, trials, q, strategy=strat)
+    strat = make_strategy(strategy, land.space, noise, t0, land.capacity_gib, seed=seed, parallel=width > 1, **kwargs)
+    result = run_search(land.space, evaluate, trials, q, strategy=strat, slots=slots,
+                        duration=lambda _c, o: o.gpu_hours / land.gpus)
     target = 0.9 * math.log(peak) if peak > 1.0 else 0.0
-    t90 = h90 = None
+    t90 = h90 = w90 = None
     cum = hours
-    for i, ((_, o), best) in enumerate(zip(result.trials, result.best_after)):
+    for i, ((_, o), best, wall) in enumerate(zip(result.trials, result.best_after, result.wall_after)):
         cum += o.gpu_hours
         sp = land.true_speedup(best) if best is not None else None
         if sp is not None and math.log(sp) >= target:
-            t90, h90 = i + 1, cum
+            t90, h90, w90 = i + 1, cum, doctor_wall + wall
             break
     promoted = result.promotion.candidate
     final = land.true_speedup(promoted)
     false = promoted is not None and (final is None or final < 1.0)
-    return RepeatScore(t90, h90, 1.0 if final is None else final, false,
+    return RepeatScore(t90, h90, w90, 1.0 if final is None else final, false,
                        sum(o.status == "oom" for _, o in result.trials),
                        sum(o.status in ("crash", "rejected") for _, o in result.trials))
 
@@ -90,16 +106,17 @@ def _median_or_none(xs: Sequence[float | None]) -> float | None:
 
 
 def run_benchmark(land: Landscape, strategies: Sequence[str] = DEFAULT_STRATEGIES, trials: int = 30, repeats: int = 20,
-                  q: int = 1, seed0: int = 0) -> dict:
-    """The benchmark's JSON object (see ``bench/README.md``)."""
+                  q: int = 1, seed0: int = 0, slots: int | None = None) -> dict:
+    """The benchmark's JSON object (see ``bench/README.md``); ``slots`` runs it asynchronously."""
     peak = land.peak_speedup()
     out: dict[str, Any] = {"landscape": land.name, "peak_speedup": peak, "trials": trials, "repeats": repeats,
-                           "strategies": {}}
+                           "q": q if slots is None else None, "slots": slots, "strategies": {}}
     for name in strategies:
-        scores = [run_repeat(land, name, seed0 + r, trials, peak, q) for r in range(repeats)]
+        scores = [run_repeat(land, name, seed0 + r, trials, peak, q, slots) for r in range(repeats)]
         out["strategies"][name] = {
             "median_trials_to_90": _median_or_none([s.trials_to_90 for s in scores]),
             "median_gpu_hours_to_90": _median_or_none([s.gpu_hours_to_90 for s in scores]),
+            "median_wall_hours_to_90": _median_or_none([s.wall_hours_to_90 for s in scores]),
             "median_final_speedup": statistics.median(s.final_speedup for s in scores),
             "false_promotions": sum(s.false_promotion for s in scores),
             "ooms": sum(s.ooms for s in scores),

@@ -93,14 +93,14 @@ def test_bench_search_json_ci_sized(path):
     assert res["peak_speedup"] >= 1.0
     assert set(res["strategies"]) == {"infrarsi", "random", "greedy", "optuna-tpe"}
     for name, s in res["strategies"].items():
-        assert set(s) == {"median_trials_to_90", "median_gpu_hours_to_90", "median_final_speedup",
-                          "false_promotions", "ooms", "crashes"}
+        assert set(s) == {"median_trials_to_90", "median_gpu_hours_to_90", "median_wall_hours_to_90",
+                          "median_final_speedup", "false_promotions", "ooms", "crashes"}
         assert 0 < s["median_final_speedup"] <= res["peak_speedup"] + 1e-9
         assert 0 <= s["false_promotions"] <= 2
         assert s["ooms"] >= 0 and s["crashes"] >= 0
         t = s["median_trials_to_90"]
         assert t is None or 1 <= t <= 10
-        assert (t is None) == (s["median_gpu_hours_to_90"] is None)
+        assert (t is None) == (s["median_gpu_hours_to_90"] is None) == (s["median_wall_hours_to_90"] is None)
     assert res["strategies"]["infrarsi"]["false_promotions"] == 0
 
 

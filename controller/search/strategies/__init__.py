@@ -19,7 +19,12 @@ DEFAULT_STRATEGIES = STRATEGIES[:4]
 
 def make_strategy(name: str, space: SearchSpace, noise: Any, reference_step_time_s: float, capacity_gib: float,
                   seed: int = 0, **kwargs: Any):
-    """Build strategy ``name``; raises ValueError for an unknown name."""
+    """Build strategy ``name``; raises ValueError for an unknown name.
+
+    ``parallel=True`` says more than one trial may be pending at an ask (Optuna then uses
+    ``constant_liar``); the other strategies take pending trials through ``ask(pending=...)``.
+    """
+    parallel = bool(kwargs.pop("parallel", False))
     if name in ("infrarsi", "infrarsi-noprior"):
         from infrarsi.controller.search.controller import SearchController
         if name == "infrarsi-noprior":  # ablation: the same controller with every stated prior removed
@@ -35,5 +40,5 @@ def make_strategy(name: str, space: SearchSpace, noise: Any, reference_step_time
         return GreedyStrategy(space, reference_step_time_s, seed)
     if name == "optuna-tpe":
         from infrarsi.controller.search.strategies.optuna_tpe import OptunaTPEStrategy
-        return OptunaTPEStrategy(space, reference_step_time_s, seed)
+        return OptunaTPEStrategy(space, reference_step_time_s, seed, constant_liar=parallel)
     raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")

@@ -26,9 +26,10 @@ class OptunaTPEStrategy(BaselineStrategy):
 
     name = "optuna-tpe"
 
-    def __init__(self, space: SearchSpace, reference_step_time_s: float, seed: int = 0):
+    def __init__(self, space: SearchSpace, reference_step_time_s: float, seed: int = 0, constant_liar: bool = False):
         super().__init__(space, reference_step_time_s, seed)
-        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=5)
+        # constant_liar: running trials count as bad ones, so parallel asks spread out (Optuna's batch mode)
+        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=5, constant_liar=constant_liar)
         self.study = optuna.create_study(direction="minimize", sampler=sampler)
         self.dists = {k.name: optuna.distributions.CategoricalDistribution([_enc(v) for v in k.values])
                       for k in space.knobs}
