@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -107,15 +108,63 @@ class _State:
     disk_exceeded: bool = False
 
 
-def hash_manifest(manifest: dict[str, str], root: Path) -> dict[str, str | None]:
-    """SHA-256 hex of each manifest path under ``root`` (``None`` when the file is missing)."""
+HASH_CHUNK = 1 << 20
+
+
+def hash_file(root: Path, rel: str, expect_size: int | None = None) -> tuple[str | None, int | None]:
+    """``(sha256 hex, size)`` of the regular file ``root/rel``, read without following links.
+
+    The trial tree belongs to the job, so a frozen file may have been replaced by anything: a symlink (in any
+    component of its path) to a secret or to ``/dev/zero``, a FIFO that blocks a reader, a sparse file of a
+    terabyte.  None of them is read: a path through a link gives ``"symlink"``, anything but a regular file
+    ``"not-a-regular-file"``, and a size other than ``expect_size`` (the size before the run)
+    ``"size-changed:N"`` -- none of which equals a SHA-256, so ``frozen_files`` fails.  A missing file gives
+    ``(None, None)``.
+    """
+    p = root
+    try:
+        for part in Path(rel).parts:
+            p = p / part
+            if stat.S_ISLNK(os.lstat(p).st_mode):
+                return "symlink", None
+        st = os.lstat(p)
+        if not stat.S_ISREG(st.st_mode):
+            return "not-a-regular-file", None
+        if expect_size is not None and st.st_size != expect_size:
+            return f"size-changed:{st.st_size}", st.st_size
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None, None
+    try:
+        fst = os.fstat(fd)
+        if not stat.S_ISREG(fst.st_mode) or (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
+            return "not-a-regular-file", None
+        h, left = hashlib.sha256(), fst.st_size
+        while left > 0:
+            chunk = os.read(fd, min(HASH_CHUNK, left))
+            if not chunk:
+                break
+            h.update(chunk)
+            left -= len(chunk)
+        return h.hexdigest(), fst.st_size
+    except OSError:
+        return None, None
+    finally:
+        os.close(fd)
+
+
+def hash_manifest(manifest: dict[str, str], root: Path,
+                  sizes: dict[str, int | None] | None = None) -> dict[str, str | None]:
+    """SHA-256 hex of each manifest path under ``root`` (``None`` when missing; see :func:`hash_file` for links,
+    special and resized files).  ``sizes``: when given with entries, the sizes the files must still have (from the
+    run before); when given empty, filled with the sizes found."""
     out: dict[str, str | None] = {}
     for rel in sorted(manifest):
-        p = root / rel
-        try:
-            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
-        except OSError:
-            out[rel] = None
+        want = sizes.get(rel) if sizes else None
+        digest, size = hash_file(root, rel, want)
+        out[rel] = digest
+        if sizes is not None and rel not in sizes:
+            sizes[rel] = size
     return out
 
 
@@ -365,7 +414,8 @@ def run_wrapped(opts: ExecOptions) -> int:
         except (OSError, ValueError, AssertionError):
             raise WrapperError(f"--frozen-manifest {opts.frozen_manifest}: not a readable JSON object of relpath: sha256") from None
     opts.out_dir.mkdir(parents=True, exist_ok=True)
-    frozen_before = hash_manifest(manifest, cwd)
+    frozen_sizes: dict[str, int | None] = {}
+    frozen_before = hash_manifest(manifest, cwd, frozen_sizes)
     own_scratch = opts.scratch is None
     scratch = Path(tempfile.mkdtemp(prefix="infrarsi-scratch-") if own_scratch else opts.scratch).resolve()  # type: ignore[arg-type]
     for sub in ("home", "tmp", "cache"):
@@ -469,7 +519,7 @@ def run_wrapped(opts: ExecOptions) -> int:
     shutil.rmtree(fifo_dir, ignore_errors=True)
     log.close()
     used = disk_usage(disk_paths)
-    frozen_after = hash_manifest(manifest, cwd)
+    frozen_after = hash_manifest(manifest, cwd, frozen_sizes)
     if own_scratch:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -154,3 +154,41 @@ def test_receipt_lines_log_and_disk_are_capped(tmp_path: Path) -> None:
     assert rec.data["wrapper"]["signal"] == 9 and rec.data["wrapper"]["wall_s"] < 25
     clock = rec.data["wrapper"]["clock"]
     assert 0 < clock["end_unix"] - clock["start_unix"] < rec.data["wrapper"]["wall_s"] + 1
+
+
+@pytest.mark.parametrize("swap", ["symlink_to_dev_zero", "symlink_to_secret", "fifo", "sparse_terabyte", "dir_link"])
+def test_frozen_file_swapped_for_a_trap_is_never_read(tmp_path: Path, swap: str) -> None:
+    """The wrapper hashes the frozen files in the job's tree after the run, as a trusted process outside the
+    sandbox.  A job that swaps a frozen file for a link to /dev/zero, a FIFO or a sparse terabyte file would hang
+    the wrapper or exhaust its memory (and a link to a secret would make it read one): none is read, the hash says
+    what it was, and frozen_files fails."""
+    import hashlib
+
+    t = make_trial(tmp_path, f"frozen-{swap}")
+    (t.src / "data").mkdir()
+    frozen = t.src / "data" / "frozen.py"
+    frozen.write_text("FROZEN = 1\n")
+    manifest = {"data/frozen.py": hashlib.sha256(frozen.read_bytes()).hexdigest()}
+    (t.out / "frozen.json").write_text(json.dumps(manifest))
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the job")
+    trap = {
+        "symlink_to_dev_zero": "os.symlink('/dev/zero', p)",
+        "symlink_to_secret": f"os.symlink({str(secret)!r}, p)",
+        "fifo": "os.mkfifo(p)",
+        "sparse_terabyte": "f = open(p, 'wb'); f.truncate(1 << 40); f.close()",
+        "dir_link": "import shutil; shutil.rmtree('data'); os.symlink('/dev', 'data')",
+    }[swap]
+    (t.src / "job.py").write_text(f"import os\np = 'data/frozen.py'\nos.unlink(p)\n{trap}\n")
+    proc = run_wrapper(t, [PY, "job.py"], "--frozen-manifest", str(t.out / "frozen.json"), timeout=60)
+    assert proc.returncode == 0, (t.out / "job.log").read_text()
+    rec = load_receipt((t.out / "receipt.json").read_bytes(), MASTER, t.tid)
+    after = rec.data["wrapper"]["frozen_after"]["data/frozen.py"]
+    assert rec.data["wrapper"]["frozen_before"]["data/frozen.py"] == manifest["data/frozen.py"]
+    assert after in {"symlink", "not-a-regular-file"} or str(after).startswith("size-changed:"), after
+    from infrarsi.verifier.invariants import frozen_files
+    from infrarsi.verifier.spec import JudgeSpec
+
+    item = frozen_files(rec, [], JudgeSpec(updates=1, window=(1, 1), tokens_per_update=1, seq_len=1,
+                                            frozen_manifest=manifest))
+    assert item.status == "fail" and "changed during the run" in item.reason
