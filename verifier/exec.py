@@ -109,6 +109,8 @@ class _State:
 
 
 HASH_CHUNK = 1 << 20
+#: a frozen file that grew during the run is still hashed up to this size (forensics); beyond it, not read
+GROWN_HASH_LIMIT = 64 << 20
 
 
 def hash_file(root: Path, rel: str, expect_size: int | None = None) -> tuple[str | None, int | None]:
@@ -117,8 +119,8 @@ def hash_file(root: Path, rel: str, expect_size: int | None = None) -> tuple[str
     The trial tree belongs to the job, so a frozen file may have been replaced by anything: a symlink (in any
     component of its path) to a secret or to ``/dev/zero``, a FIFO that blocks a reader, a sparse file of a
     terabyte.  None of them is read: a path through a link gives ``"symlink"``, anything but a regular file
-    ``"not-a-regular-file"``, and a size other than ``expect_size`` (the size before the run)
-    ``"size-changed:N"`` -- none of which equals a SHA-256, so ``frozen_files`` fails.  A missing file gives
+    ``"not-a-regular-file"``, and a file grown past both ``expect_size`` (its size before the run) and
+    :data:`GROWN_HASH_LIMIT` ``"size-changed:N"`` -- none of which equals a SHA-256, so ``frozen_files`` fails.  A missing file gives
     ``(None, None)``.
     """
     p = root
@@ -130,7 +132,7 @@ def hash_file(root: Path, rel: str, expect_size: int | None = None) -> tuple[str
         st = os.lstat(p)
         if not stat.S_ISREG(st.st_mode):
             return "not-a-regular-file", None
-        if expect_size is not None and st.st_size != expect_size:
+        if expect_size is not None and st.st_size > max(expect_size, GROWN_HASH_LIMIT):
             return f"size-changed:{st.st_size}", st.st_size
         fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
