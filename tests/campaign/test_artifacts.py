@@ -1,0 +1,78 @@
+"""``controller/campaign/artifacts.py`` directly: result.json, pack.yaml, REPORT.md and experience write-back of a
+toy campaign run on the memory store and the in-process executor."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from infrarsi.controller.campaign.artifacts import build_result, report_dir, write_artifacts
+from tests.campaign.engine_world import make_world, run_until
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory: pytest.TempPathFactory):
+    world = make_world(tmp_path_factory.mktemp("artifacts"))
+    eng = world.engine()
+    c = run_until(eng, world.campaign(eng).id, lambda c: c.terminal)
+    assert c.state == "done", c.error
+    return eng, c
+
+
+def test_result_json_fields_match_the_store(done) -> None:
+    eng, c = done
+    out = report_dir(c)
+    assert out == Path(c.workdir) / "report"
+    result = json.loads((out / "result.json").read_text())
+    assert result["schema"] == "infrarsi.result/1"
+    camp = result["campaign"]
+    assert (camp["id"], camp["name"], camp["state"], camp["executor"]) == (c.id, "toy", "report", "inprocess")
+    assert camp["commit"] == c.scope["commit"] and camp["contract_digest"] == c.contract_digest
+    assert result["delivered_speedup"] == pytest.approx(c.delivered_speedup) and result["delivered_speedup"] > 3.5
+    trials = eng.store.list_trials(c.id)
+    assert [(t["seq"], t["stage"], t["outcome"]) for t in result["trials"]] == [(t.seq, t.stage, t.outcome)
+                                                                                for t in trials]
+    assert result["trials"][0]["config"] == {"speed": 1, "chunk": 1, "accum": 2}  # full config, derived included
+    assert all(t["accepted"] and t["isolation"] in ("bwrap", "none") for t in result["trials"])
+    total = sum(r["gpu_hours"] for r in eng.store.cost_by_stage(c.id))
+    assert result["cost"]["total_gpu_hours"] == pytest.approx(total) and result["cost"]["failed_gpu_hours"] == 0
+    assert result["cost"]["budget_gpu_hours"] == 1.0
+    assert result["cost"]["share_of_budget"] == pytest.approx(total / 1.0)
+    assert result["trials"][-1]["cum_gpu_hours"] == pytest.approx(total)
+    assert result["reference"]["step_time_s"] == pytest.approx(c.doctor["t0"])
+    assert result["reference"]["sigma_pair"] == pytest.approx(c.doctor["sigma_pair"])
+    assert result["promoted"]["config"]["speed"] == 4 and result["promoted"]["changed"]["speed"] == [1, 4]
+    assert len(result["promoted"]["verdicts"]) >= 18 and all(v["status"] != "fail" for v in result["promoted"]["verdicts"])
+    assert result["rejections_by_layer"] == {f"L{i}": 0 for i in range(6)}
+    assert result["invariant_count"] > 0 and result["refused_patches"] == {}
+
+
+def test_pack_report_and_experience(done) -> None:
+    eng, c = done
+    out = report_dir(c)
+    pack = YAML(typ="safe").load((out / "pack.yaml").read_text())
+    assert pack["campaign"] == c.id and pack["knobs"]["speed"] == 4 and "--speed=4" in pack["command"]
+    assert pack["delivered_speedup"] == pytest.approx(c.delivered_speedup)
+    assert (out / "REPORT.md").read_text().strip() and (out / "progress.png").stat().st_size > 0
+    exp = eng.store.experience(workload_class="toy")
+    assert exp and all(r["verified"] and r["campaign_id"] == c.id for r in exp)
+    by_value = {r["value"]: r["log_speedup"] for r in exp if r["knob"] == "speed"}
+    assert by_value["4"] == pytest.approx(math.log(4), abs=0.05)  # single-knob changes: ln(t0 / T)
+    assert by_value["2"] == pytest.approx(math.log(2), abs=0.05)
+
+
+def test_build_result_is_pure_and_rewrite_is_atomic(done) -> None:
+    eng, c = done
+    c = eng.store.get_campaign(c.id)
+    n_exp = len(eng.store.experience())
+    before = build_result(eng, c)
+    assert len(eng.store.experience()) == n_exp  # building writes nothing
+    paths = write_artifacts(eng, c)
+    assert set(paths) == {"dir", "report", "result", "pack", "plot"}
+    assert not list(paths["dir"].glob("*.tmp*"))  # no half-written file left behind
+    after = json.loads(paths["result"].read_text())
+    assert after["trials"] == json.loads(json.dumps(before["trials"], default=str))
