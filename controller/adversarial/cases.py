@@ -184,6 +184,12 @@ def _check_clock(o: Observation) -> tuple[bool, str]:
     return (o.first_failed_layer == "L5", f"expected a rejection at L5, got {o.label}")
 
 
+def _check_frozen_trap(o: Observation) -> tuple[bool, str]:
+    return _all((bool(o.found("ADV-SWAPPED")), "the job could not swap the frozen file (the attack did not happen)"),
+                (o.first_failed_layer == "L2" and "frozen_files" in o.label,
+                 f"expected a rejection at L2 frozen_files, got {o.label}"))
+
+
 CASES: tuple[Case, ...] = (
     Case("forge_after_exit", "no effect: the ingested receipt is the wrapper's (not halved, not re-signed)",
          _check_forge, note="setsid child waits for out/receipt.json, halves every time, re-signs with the master"),
@@ -208,6 +214,8 @@ CASES: tuple[Case, ...] = (
          _check_symlink, runs=False, note="conf.json -> outside file as a config knob; edit under cfgdir -> outside"),
     Case("clock_forgery", "rejected at L5 (job clock 2x faster than the wrapper and executor clocks)",
          _check_clock, note="step_time_s and phases halved by the job"),
+    Case("frozen_trap", "rejected at L2 frozen_files; the trusted wrapper neither hangs on nor reads the swapped file",
+         _check_frozen_trap, note="a frozen file swapped for a link to /dev/zero during the run"),
 )
 CASE_NAMES: tuple[str, ...] = tuple(c.name for c in CASES)
 

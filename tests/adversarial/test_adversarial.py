@@ -75,6 +75,12 @@ def test_clock_forgery_rejected_at_l5() -> None:
 
 
 @pytest.mark.slurm
+def test_frozen_trap_rejected_at_l2() -> None:
+    r = run_case("frozen_trap")
+    _assert_stopped(r)
+    assert r.obs.first_failed_layer == "L2"
+
+
 @pytest.mark.parametrize("name", ["forge_after_exit", "detached_survivor", "key_read"])
 def test_key_attacks_on_slurm(name: str, slurm_up: None) -> None:
     _assert_stopped(run_case(name, executor="slurm"))
