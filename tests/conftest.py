@@ -59,7 +59,7 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'infrarsi.sqlite'}"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Each test using this runs on SQLite and on a fresh PostgreSQL database."""
     if request.param == "sqlite":

@@ -81,6 +81,7 @@ def test_frozen_trap_rejected_at_l2() -> None:
     assert r.obs.first_failed_layer == "L2"
 
 
+@pytest.mark.slurm
 @pytest.mark.parametrize("name", ["forge_after_exit", "detached_survivor", "key_read"])
 def test_key_attacks_on_slurm(name: str, slurm_up: None) -> None:
     _assert_stopped(run_case(name, executor="slurm"))

@@ -29,6 +29,7 @@ def _serve(env: dict, *extra: str) -> subprocess.Popen:
                             text=True)
 
 
+@pytest.mark.postgres
 def test_two_daemons_one_acts_and_metrics(tmp_path: Path, toy_repo: Path, pg_url: str) -> None:
     run_log = tmp_path / "runs.jsonl"
     env = cli_env(tmp_path / "home", INFRARSI_DATABASE_URL=pg_url, **log_runs(toy_repo, run_log))

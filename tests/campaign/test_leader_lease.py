@@ -24,6 +24,8 @@ from tests.campaign.test_daemon_recovery import _check_accounting, log_runs
 
 LEASE = {"INFRARSI_LEASE_S": "3", "INFRARSI_LEASE_RENEW_S": "0.5"}
 
+pytestmark = pytest.mark.postgres
+
 
 def _serve(env: dict[str, str], log: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "infrarsi.controller.cli.main", "serve", "--interval", "0.2",

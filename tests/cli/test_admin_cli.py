@@ -7,10 +7,13 @@ import io
 import json
 from pathlib import Path
 
+import pytest
+
 from infrarsi.controller.store.migrate import head_revision
 from tests.campaign.helpers import cli_env, infrarsi
 
 
+@pytest.mark.postgres
 def test_db_workload_campaign_finops_verbs(tmp_path: Path, toy_repo: Path, pg_url: str) -> None:
     env = cli_env(tmp_path / "home", INFRARSI_DATABASE_URL=pg_url)
     assert "revision none" in infrarsi("db", "current", env=env).stdout

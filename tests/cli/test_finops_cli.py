@@ -18,6 +18,8 @@ from tests.campaign.helpers import cli_env, infrarsi
 SQL = Path(__file__).resolve().parents[2] / "deploy" / "finops-role.sql"
 PASSWORD = "Fin4nce-" + uuid.uuid4().hex  # never printed, whatever fails
 
+pytestmark = pytest.mark.postgres
+
 
 @pytest.fixture
 def finance_role(pg_url: str) -> Iterator[str]:

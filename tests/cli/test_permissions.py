@@ -52,6 +52,7 @@ def _env(db: RolesDb, home: Path, person: str, **extra: str) -> dict[str, str]:
     return cli_env(home / person, INFRARSI_DATABASE_URL=db.url_as(person), **extra)
 
 
+@pytest.mark.postgres
 def test_second_unix_user_cannot_see_or_cancel_anothers_campaign(people: tuple[RolesDb, str], tmp_path: Path,
                                                                   toy_repo: Path) -> None:
     db, eve = people
@@ -110,6 +111,7 @@ def test_second_unix_user_cannot_see_or_cancel_anothers_campaign(people: tuple[R
     assert f"init -> cancelled (cancelled by {db.names['carol']})" in table and db.names["alice"] in table
 
 
+@pytest.mark.postgres
 @pytest.mark.slurm
 def test_a_researchers_cancel_stops_slurm_jobs_through_the_daemon(people: tuple[RolesDb, str], tmp_path: Path,
                                                                    toy_repo: Path) -> None:

@@ -16,6 +16,7 @@ from infrarsi.controller.store import open_store
 SQL = Path(__file__).resolve().parents[2] / "deploy" / "finops-role.sql"
 
 
+@pytest.mark.postgres
 @pytest.mark.skipif(shutil.which("psql") is None, reason="psql not installed")
 def test_finops_role_is_read_only_on_views(pg_url: str) -> None:
     store = open_store(pg_url, auto_upgrade=True)

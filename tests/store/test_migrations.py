@@ -57,6 +57,7 @@ def test_upgrade_from_stored_previous_version(tmp_path: Path) -> None:
     assert cost["gpu_hours"] == pytest.approx(1.75)
 
 
+@pytest.mark.postgres
 def test_postgres_behind_head_is_refused(pg_url: str) -> None:
     migrate.upgrade(pg_url, "0001")
     with pytest.raises(StoreError, match="run 'infrarsi db upgrade'"):

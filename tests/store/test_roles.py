@@ -103,6 +103,7 @@ CAMPAIGN = dict(name="c", contract_path="/c", contract_yaml="y", contract_digest
                 executor="slurm", partition="gpu", budget_gpu_hours=1.0, budget_trials=1, seed=0)
 
 
+@pytest.mark.postgres
 def test_researchers_see_and_cancel_only_their_own(roles_db: RolesDb) -> None:
     alice, bob, carol = roles_db.store("alice"), roles_db.store("bob"), roles_db.store("carol")
     mine = alice.create_campaign(owner=roles_db.names["bob"], **CAMPAIGN)  # a forged owner is replaced
@@ -144,6 +145,7 @@ def test_researchers_see_and_cancel_only_their_own(roles_db: RolesDb) -> None:
         s.engine.dispose()
 
 
+@pytest.mark.postgres
 def test_psql_can_do_no_more_than_the_cli(roles_db: RolesDb) -> None:
     alice = roles_db.store("alice")
     cid = alice.create_campaign(**CAMPAIGN).id
@@ -176,6 +178,7 @@ def test_psql_can_do_no_more_than_the_cli(roles_db: RolesDb) -> None:
     assert roles_db.psql("carol", "SELECT actor FROM events WHERE kind = 'x'").stdout.strip() == roles_db.names["alice"]
 
 
+@pytest.mark.postgres
 def test_finance_reads_views_and_can_stall_nothing(roles_db: RolesDb) -> None:
     alice = roles_db.store("alice")
     alice.create_campaign(**CAMPAIGN)
@@ -187,6 +190,7 @@ def test_finance_reads_views_and_can_stall_nothing(roles_db: RolesDb) -> None:
         assert out.returncode != 0 and "permission denied" in out.stderr, (sql, out.stderr)
 
 
+@pytest.mark.postgres
 def test_daemon_role_runs_everything_with_the_lease(roles_db: RolesDb) -> None:
     assert grant_sql("infrarsi_daemon") in ROLES_SQL.read_text()
     cid = roles_db.store("alice").create_campaign(**CAMPAIGN).id
@@ -206,6 +210,7 @@ def test_daemon_role_runs_everything_with_the_lease(roles_db: RolesDb) -> None:
     daemon.engine.dispose()
 
 
+@pytest.mark.postgres
 def test_roles_sql_refuses_an_unknown_group(roles_db: RolesDb) -> None:
     out = run_roles_sql(roles_db.url, "login=irsi_nobody_x", "grant=superuser")
     assert out.returncode != 0 and "grant must be researcher, admin, finance or daemon, not superuser" in out.stderr
@@ -240,6 +245,7 @@ def test_upgrade_from_stored_0003_adds_actors(tmp_path: Path) -> None:
             conn.execute(text("DELETE FROM events"))
 
 
+@pytest.mark.postgres
 def test_unknown_database_role_is_one_line(pg_url: str) -> None:
     migrate.upgrade(pg_url)
     with pytest.raises(StoreError) as info:
