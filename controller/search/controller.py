@@ -13,9 +13,10 @@ still-running candidates as ``pending``.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -197,26 +198,57 @@ class SearchController:
 
     # --------------------------------------------------------------------- ask
     def ask(self, q: int = 1, pending: Sequence[Candidate] = ()) -> list[Candidate]:
-        """Up to ``q`` new candidates, never visited, tabu, outstanding or in ``pending``."""
+        """Up to ``q`` new candidates, never visited, tabu, outstanding or in ``pending``.
+
+        Slots are filled one at a time: each slot sees every busy candidate (outstanding, ``pending`` and
+        the slots already filled) fantasized into the time model at its predicted log-speedup (kriging
+        believer), and the ranked operators put candidates next to a busy one last (local penalization).
+        So ``ask(q)`` equals ``q`` successive ``ask(1, pending=...)`` calls, and with nothing busy the
+        answer is exactly the one-at-a-time proposal.  Pure in the history plus the busy set.
+        """
         if q < 1:
             return []
         taken: set[Candidate] = set(pending)
         out: list[Candidate] = []
-        n_out = len(set(self.outstanding) | taken)
-        rng = np.random.default_rng([self.seed, len(self.history), n_out])
-        for op, cand in proposals.propose(self, rng, taken):
-            if len(out) >= q:
+        for _ in range(q):
+            busy = set(self.outstanding) | taken
+            rng = np.random.default_rng([self.seed, len(self.history), len(busy)])
+            got: tuple[str, Candidate] | None = None
+            with self._fantasized(busy):
+                for op, cand in proposals.propose(self, rng, taken, busy):
+                    why = self.admissible(cand, taken)
+                    if why is not None:
+                        self.pre_execution_rejections += 1
+                        continue
+                    got = (op, cand)
+                    break
+            if got is None:
                 break
-            why = self.admissible(cand, taken)
-            if why is not None:
-                self.pre_execution_rejections += 1
-                continue
-            taken.add(cand)
-            out.append(cand)
-            self.proposed_by[cand] = op
+            taken.add(got[1])
+            out.append(got[1])
+            self.proposed_by[got[1]] = got[0]
         for c in out:
             self.outstanding[c] = None  # registered as visited before execution
         return out
+
+    @contextlib.contextmanager
+    def _fantasized(self, busy: set[Candidate]) -> Iterator[None]:
+        """Within the block the time model also holds every busy candidate at its predicted mean.
+
+        The real model is restored on exit (also on error); memory and failure state are untouched.
+        """
+        if not busy:
+            yield
+            return
+        fc = sorted(busy, key=lambda c: c.signature)
+        fmu = self.predict(fc)[0]
+        saved = (self.time.model, self.time.revision)
+        cands, y = self._ok_rows()
+        try:
+            self.time.refit(self.fmap.encode(cands + fc), np.concatenate([y, fmu]))
+            yield
+        finally:
+            self.time.model, self.time.revision = saved
 
     # -------------------------------------------------------------------- tell
     def tell(self, cand: Candidate, outcome: Outcome) -> None:

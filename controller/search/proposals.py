@@ -281,16 +281,17 @@ def _enqueue(ctrl: "SearchController", tag: str, cand: Candidate) -> None:
         ctrl.queue_tags[cand] = tag
 
 
-def _tried(ctrl: "SearchController") -> set[Setting]:
+def _tried(ctrl: "SearchController", busy: set[Candidate] = frozenset()) -> set[Setting]:
+    """Settings of every told, outstanding or otherwise busy (pending, in this batch) candidate."""
     seen: set[Setting] = set()
-    for c in list(ctrl.told) + list(ctrl.outstanding):
+    for c in list(ctrl.told) + list(ctrl.outstanding) + sorted(busy, key=lambda c: c.signature):
         seen |= c.settings(ctrl.space)
     return seen
 
 
-def _contrarian(ctrl: "SearchController") -> Iterator[tuple[str, Candidate]]:
+def _contrarian(ctrl: "SearchController", busy: set[Candidate] = frozenset()) -> Iterator[tuple[str, Candidate]]:
     """Untried settings the prior rates low (<= 0) yet whose two-sigma upside clears the gate."""
-    tried = _tried(ctrl)
+    tried = _tried(ctrl, busy)
     picks = []
     for s, (prior, post, sd) in ctrl.single_effects().items():
         if s[0] == PATCH or s in tried:
@@ -304,7 +305,8 @@ def _contrarian(ctrl: "SearchController") -> Iterator[tuple[str, Candidate]]:
         yield "contrarian", _with_setting(ctrl, ctrl.incumbent, s)
 
 
-def _patch_ops(ctrl: "SearchController", upside_low: bool) -> Iterator[tuple[str, Candidate]]:
+def _patch_ops(ctrl: "SearchController", upside_low: bool,
+               busy: set[Candidate] = frozenset()) -> Iterator[tuple[str, Candidate]]:
     led = ctrl.ledger
     coef, _ = ctrl.time.coef()
     inc = ctrl.incumbent
@@ -314,7 +316,7 @@ def _patch_ops(ctrl: "SearchController", upside_low: bool) -> Iterator[tuple[str
         yield "stack", Candidate(inc.config, inc.patches | set(small))
     if not upside_low:
         return
-    tried = {s[1] for s in _tried(ctrl) if s[0] == PATCH}
+    tried = {s[1] for s in _tried(ctrl, busy) if s[0] == PATCH}
     untested = [p for p in ctrl.space.patches if p not in tried and p not in led.banned_patches]
     prior = ctrl.tune["patch_priors"] or {}
     for p in sorted(untested, key=lambda p: (-float(prior.get(p, 0.0)), p)):
@@ -325,12 +327,27 @@ def _class(ctrl: "SearchController", c: Candidate, big: list[str]) -> tuple:
     return tuple(str(c.value(k)) for k in big)
 
 
-def propose(ctrl: "SearchController", rng: np.random.Generator, taken: set[Candidate]) -> Iterator[tuple[str, Candidate]]:
-    """All proposals in priority order (see module docstring)."""
+def _near(ctrl: "SearchController", a: Candidate, b: Candidate) -> bool:
+    """At most one knob or patch apart."""
+    return len(a.settings(ctrl.space) ^ b.settings(ctrl.space)) <= 2 and \
+        sum(a.value(k.name) != b.value(k.name) for k in ctrl.space.knobs) + len(a.patches ^ b.patches) <= 1
+
+
+def propose(ctrl: "SearchController", rng: np.random.Generator, taken: set[Candidate],
+            busy: set[Candidate] = frozenset()) -> Iterator[tuple[str, Candidate]]:
+    """All proposals in priority order (see module docstring).
+
+    ``busy``: candidates running or already in this batch.  A queued follow-up one move away from a
+    busy follow-up waits for that one's outcome (no near-duplicate bundles or backtracks in one
+    batch); ranked pool candidates one move from a busy candidate come after all others.
+    """
     for c in ctrl.starts:
         yield "start", c
     order = sorted(range(len(ctrl.queue)), key=lambda i: (PRIORITY.get(ctrl.queue[i][0], 2), -i))
+    busy_followups = [b for b in busy if b in ctrl.queue_tags]
     for i in order:
+        if any(_near(ctrl, ctrl.queue[i][1], b) for b in busy_followups if b != ctrl.queue[i][1]):
+            continue
         yield ctrl.queue[i]
     pool = ctrl.pool
     rows = pool.rows(rng)
@@ -343,12 +360,17 @@ def propose(ctrl: "SearchController", rng: np.random.Generator, taken: set[Candi
     bdist = (rows[:, bigcols] != inc_row[bigcols]).sum(axis=1)
     ok = p >= float(ctrl.tune["min_p_feasible"])
     upside = float(np.max(np.where(ok & (dist > 0), mu + 2 * sd, -np.inf), initial=-np.inf)) - ctrl.incumbent_y
-    yield from _contrarian(ctrl)
-    yield from _patch_ops(ctrl, upside < ctrl.gate or ctrl.stall >= int(ctrl.tune["stall_trials"]))
+    yield from _contrarian(ctrl, busy)
+    yield from _patch_ops(ctrl, upside < ctrl.gate or ctrl.stall >= int(ctrl.tune["stall_trials"]), busy)
+
+    crowded = np.zeros(len(rows), dtype=bool)  # one knob from a busy candidate with the incumbent's patches
+    for b in busy:
+        if b.patches == inc.patches:
+            crowded |= (rows != pool.row_of(b)).sum(axis=1) <= 1
 
     def ranked(mask: np.ndarray, tag: str, limit: int | None = 200) -> Iterator[tuple[str, Candidate]]:
         idx = np.flatnonzero(mask)
-        for i in idx[np.lexsort((idx, -acq[idx]))][:limit]:
+        for i in idx[np.lexsort((idx, -acq[idx], crowded[idx]))][:limit]:
             yield tag, pool.to_candidate(rows[i], inc.patches)
 
     st = int(ctrl.tune["stall_trials"])
