@@ -312,7 +312,9 @@ def _patch_ops(ctrl: "SearchController", upside_low: bool,
     inc = ctrl.incumbent
     small = [p for p in sorted(led.verified_patches - inc.patches) if p not in led.banned_patches
              and coef[ctrl.fmap.index[(PATCH, p)]] > 0]
-    if small and sum(coef[ctrl.fmap.index[(PATCH, p)]] for p in small) >= ctrl.gate:
+    # two or more verified gains stack even below the gate: patches tried side by side (batch or
+    # asynchronous slots) were each measured on the same incumbent and never met on top of each other
+    if len(small) >= 2 or (small and sum(coef[ctrl.fmap.index[(PATCH, p)]] for p in small) >= ctrl.gate):
         yield "stack", Candidate(inc.config, inc.patches | set(small))
     if not upside_low:
         return
