@@ -235,20 +235,38 @@ class SearchController:
     def _fantasized(self, busy: set[Candidate]) -> Iterator[None]:
         """Within the block the time model also holds every busy candidate at its predicted mean.
 
-        The real model is restored on exit (also on error); memory and failure state are untouched.
+        The incumbent may be replaced by the believed one (see below).  The real model and incumbent
+        are restored on exit (also on error); memory and failure state are untouched.
         """
         if not busy:
             yield
             return
         fc = sorted(busy, key=lambda c: c.signature)
-        fmu = self.predict(fc)[0]
-        saved = (self.time.model, self.time.revision)
+        fmu, _, fp = self.predict(fc)
+        saved = (self.time.model, self.time.revision, self.incumbent, self.incumbent_y)
         cands, y = self._ok_rows()
+        # the believed incumbent: a busy candidate with the incumbent's patches, likely to fit, whose
+        # predicted log-speedup clears the measured incumbent by the gate (what a tell would most
+        # likely make the incumbent); trust regions and extrapolations centre on it meanwhile
+        # (hedged: not once two busy candidates already sit within the trust radius of it, so one
+        # unverified centre never takes over a whole batch)
+        rows = {c: self.pool.row_of(c) for c in fc}
+        radius = int(self.tune["trust_radius"])
+
+        def crowded(c: Candidate) -> bool:
+            return sum(1 for o in fc if o != c and int((rows[o] != rows[c]).sum()) <= radius) >= 2
+
+        believed = [(float(m), c.signature, c) for m, p, c in zip(fmu, fp, fc)
+                    if c.patches == self.incumbent.patches and p >= 0.5 and m >= self.incumbent_y + self.gate
+                    and not crowded(c)]
         try:
             self.time.refit(self.fmap.encode(cands + fc), np.concatenate([y, fmu]))
+            if believed:
+                best = max(believed)
+                self.incumbent, self.incumbent_y = best[2], best[0]
             yield
         finally:
-            self.time.model, self.time.revision = saved
+            self.time.model, self.time.revision, self.incumbent, self.incumbent_y = saved
 
     # -------------------------------------------------------------------- tell
     def tell(self, cand: Candidate, outcome: Outcome) -> None:
