@@ -316,12 +316,15 @@ def _patch_ops(ctrl: "SearchController", upside_low: bool,
     # asynchronous slots) were each measured on the same incumbent and never met on top of each other
     if len(small) >= 2 or (small and sum(coef[ctrl.fmap.index[(PATCH, p)]] for p in small) >= ctrl.gate):
         yield "stack", Candidate(inc.config, inc.patches | set(small))
-    if not upside_low:
+    # with three or more trials busy a slot is cheap: one unverified patch probe may run beside them
+    # even while the knobs still promise more (never two at once)
+    side_probe = len(busy) >= 3 and not any(b.patches - led.verified_patches for b in busy)
+    if not upside_low and not side_probe:
         return
     tried = {s[1] for s in _tried(ctrl, busy) if s[0] == PATCH}
     untested = [p for p in ctrl.space.patches if p not in tried and p not in led.banned_patches]
     prior = ctrl.tune["patch_priors"] or {}
-    for p in sorted(untested, key=lambda p: (-float(prior.get(p, 0.0)), p)):
+    for p in sorted(untested, key=lambda p: (-float(prior.get(p, 0.0)), p))[: None if upside_low else 1]:
         yield "patch", Candidate(inc.config, inc.patches | {p})
 
 
