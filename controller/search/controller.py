@@ -50,6 +50,7 @@ DEFAULT_TUNING: dict[str, Any] = {
     "known_conflicts": (),       # tuples of (knob, value) settings known to conflict
     "patch_priors": None,        # {patch: predicted log-gain} (shrunk by patch_kappa)
     "prior_revision": True,      # empirical prior revision after repeated failures / a confident failure
+    "believe_followers": 3,      # busy neighbours after which a pending candidate stops standing in as incumbent
 }
 
 
@@ -248,13 +249,14 @@ class SearchController:
         # the believed incumbent: a busy candidate with the incumbent's patches, likely to fit, whose
         # predicted log-speedup clears the measured incumbent by the gate (what a tell would most
         # likely make the incumbent); trust regions and extrapolations centre on it meanwhile
-        # (hedged: not once two busy candidates already sit within the trust radius of it, so one
-        # unverified centre never takes over a whole batch)
+        # (hedged: not once ``believe_followers`` busy candidates already sit within the trust radius
+        # of it, so one unverified centre never takes over a whole batch)
         rows = {c: self.pool.row_of(c) for c in fc}
         radius = int(self.tune["trust_radius"])
+        followers = int(self.tune["believe_followers"])
 
         def crowded(c: Candidate) -> bool:
-            return sum(1 for o in fc if o != c and int((rows[o] != rows[c]).sum()) <= radius) >= 2
+            return sum(1 for o in fc if o != c and int((rows[o] != rows[c]).sum()) <= radius) >= followers
 
         believed = [(float(m), c.signature, c) for m, p, c in zip(fmu, fp, fc)
                     if c.patches == self.incumbent.patches and p >= 0.5 and m >= self.incumbent_y + self.gate
