@@ -6,9 +6,14 @@ and decides promotion.  It never touches a database or an executor.
 Determinism: ``ask`` is a pure function of the constructor arguments, the
 sequence of ``tell`` calls, and the outstanding candidates (asked but not yet
 told, plus ``pending``).  All state mutates in ``tell``; randomness is seeded
-from ``(seed, number of tells, number outstanding)``.  A controller rebuilt by
+from ``(seed, number of tells, number busy)``.  A controller rebuilt by
 replaying every recorded tell proposes the same next candidates when given the
 still-running candidates as ``pending``.
+
+Batches and asynchronous slots: ``ask(q)`` fills slots one at a time and equals
+``q`` successive ``ask(1, pending=...)`` calls; busy candidates are fantasized
+into the time model at their predicted mean and may stand in as the believed
+incumbent (see :meth:`SearchController._fantasized`).
 """
 
 from __future__ import annotations

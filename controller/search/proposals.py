@@ -2,13 +2,20 @@
 
 ``propose`` yields ``(operator, candidate)`` in priority order; the controller
 filters each through ``admissible`` (visited, tabu, bans, legality, memory
-partners) and keeps the first ``q``.  Operators, in order: the three starts;
+partners) and keeps the first admissible one per slot (the controller fills
+slots one at a time, each with the busy set: running, pending and this batch's
+earlier slots).  Operators, in order: the three starts;
 queued follow-ups derived from tells (bundle completion, conflict
 backtracking and migration, ordered-axis extrapolation, conflict reverts);
 one contrarian probe; patch stacking and patch exploration; warm restarts
 and trust-region escape over the big-knob set when stalled, else the normal
 trust region; finally the whole pool by acquisition.  Nothing here mutates
 the controller except the ``on_*`` hooks, which run inside ``tell``.
+
+With busy candidates: queued follow-ups one move from a busy follow-up wait,
+ranked pool candidates one knob from a busy one come last, "tried" counts the
+busy ones (contrarian and patch probes spread out), and with three or more
+busy one patch probe may run beside them.
 """
 
 from __future__ import annotations
