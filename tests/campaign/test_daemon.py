@@ -38,7 +38,18 @@ def test_two_daemons_one_acts_and_metrics(tmp_path: Path, toy_repo: Path, pg_url
                        env=env).stdout)
     port = _free_port()
     a = _serve(env, "--metrics-port", str(port))
-    time.sleep(1.0)
+    # b starts only once a holds the lease (a condition, not a sleep): then a must be the one that acts
+    lead_deadline = time.monotonic() + 60
+    while time.monotonic() < lead_deadline and a.poll() is None:
+        try:
+            page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+            if any(line.split()[-1] in ("1", "1.0") for line in page.splitlines() if line.startswith("infrarsi_leader ")):
+                break
+        except OSError:
+            pass
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the first daemon never took the leader lease")
     b = _serve(env)
     metrics = ""
     deadline = time.monotonic() + 240
@@ -80,9 +91,13 @@ def test_cancel_stops_slurm_jobs(tmp_path: Path, toy_repo: Path) -> None:
     assert jobs, "no Slurm job was submitted"
     out = infrarsi("campaign", "cancel", str(cid), env=env)
     assert "cancelled" in out.stdout
-    time.sleep(2)
-    queue = subprocess.run(["squeue", "-h", "-o", "%i %T", "-j", ",".join(jobs)], capture_output=True, text=True)
-    assert all("RUNNING" not in line and "PENDING" not in line for line in queue.stdout.splitlines()), queue.stdout
+    gone_deadline = time.monotonic() + 60  # scancel is asynchronous: wait for Slurm to say so, with a deadline
+    while True:
+        queue = subprocess.run(["squeue", "-h", "-o", "%i %T", "-j", ",".join(jobs)], capture_output=True, text=True)
+        if all("RUNNING" not in line and "PENDING" not in line for line in queue.stdout.splitlines()):
+            break
+        assert time.monotonic() < gone_deadline, queue.stdout
+        time.sleep(0.2)
     with db.connect() as conn:
         rows = conn.execute(text("SELECT status, outcome FROM trials")).all()
         state = conn.execute(text("SELECT state FROM campaigns WHERE id=:c"), {"c": cid}).scalar()

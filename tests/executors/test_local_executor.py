@@ -137,8 +137,13 @@ def test_pending_deadline_cancels_and_accounts(tmp_path: Path, standin: list[str
     ex = LocalExecutor(max_concurrent=1, wrapper=standin)
     blocker = ex.submit(_spec(tmp_path, "blocker", "import time; time.sleep(3)"))
     waiting = ex.submit(_spec(tmp_path, "waiting", "print('never')", pending_deadline_s=0.5))
-    time.sleep(0.8)
-    st = ex.poll([blocker, waiting])
+    deadline = time.monotonic() + 10  # the 0.5 s pending deadline passes while the blocker holds the only slot
+    while True:
+        st = ex.poll([blocker, waiting])
+        if st["waiting"].state == "finished" or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert st["blocker"].state == "running"
     assert (st["waiting"].state, st["waiting"].outcome) == ("finished", "cancelled")
     assert "deadline" in st["waiting"].reason
     ex.cancel(blocker)
