@@ -26,8 +26,9 @@ Contract for implementations (the SQL one in :mod:`infrarsi.controller.store.sql
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from infrarsi.controller.errors import StoreError
 from infrarsi.controller.store.records import (
@@ -44,11 +45,17 @@ class LeaderLease(ABC):
 
     name: str
     holder: str
+    #: state every implementation keeps: the token while held, and until when (by ``_clock``, a local monotonic
+    #: clock) it may act without renewing; ``_lock`` guards the pair
+    _token: int | None
+    _valid_until: float
+    _clock: Callable[[], float]
+    _lock: threading.Lock
 
     @property
-    @abstractmethod
     def token(self) -> int | None:
         """The fencing token while held (None when not held)."""
+        return self._token
 
     @abstractmethod
     def acquire(self) -> bool:
@@ -62,9 +69,10 @@ class LeaderLease(ABC):
     def release(self) -> None:
         """Give the lease up now (best effort, never raises)."""
 
-    @abstractmethod
     def valid(self) -> bool:
         """Held and not expired by the local monotonic clock."""
+        with self._lock:
+            return self._token is not None and self._clock() < self._valid_until
 
     @abstractmethod
     def check(self) -> None:
@@ -204,9 +212,14 @@ class Store(ABC):
     def set_fence(self, lease: LeaderLease | None) -> None:
         """From now on refuse every write transaction unless ``lease`` is current (None: stop checking)."""
 
-    @abstractmethod
+    #: the lease :meth:`set_fence` installed (None: writes are not checked)
+    _fence: LeaderLease | None = None
+
     def check_fence(self) -> None:
         """FencedError when a fence is set and its lease is no longer current; a no-op without a fence."""
+        fence = self._fence
+        if fence is not None:
+            fence.check()
 
     # identities and audit (migration 0004) -------------------------------------
     def identity(self) -> str:

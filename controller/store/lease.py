@@ -112,14 +112,6 @@ class SqlLease(LeaderLease):
         self._valid_until = 0.0
 
     # ------------------------------------------------------------------ state
-    @property
-    def token(self) -> int | None:
-        return self._token
-
-    def valid(self) -> bool:
-        with self._lock:
-            return self._token is not None and self._clock() < self._valid_until
-
     def remaining_s(self) -> float:
         with self._lock:
             return max(0.0, self._valid_until - self._clock()) if self._token is not None else 0.0

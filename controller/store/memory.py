@@ -102,15 +102,9 @@ class MemoryLease(LeaderLease):
         self.holder = holder or new_holder_id()
         self.lease_s = lease_s
         self._clock = clock
+        self._lock = threading.Lock()
         self._token: int | None = None
         self._valid_until = 0.0
-
-    @property
-    def token(self) -> int | None:
-        return self._token
-
-    def valid(self) -> bool:
-        return self._token is not None and self._clock() < self._valid_until
 
     def acquire(self) -> bool:
         if self._token is not None and self.renew():
@@ -516,11 +510,6 @@ class MemoryStore(Store):
         if lease is not None and not (isinstance(lease, MemoryLease) and lease.db is self.db):
             raise TypeError("MemoryStore fences only with a MemoryLease of its own database")
         self._fence = lease
-
-    def check_fence(self) -> None:
-        fence = self._fence
-        if fence is not None:
-            fence.check()
 
     # ------------------------------------------------------------------ identities and audit
     def identity(self) -> str:

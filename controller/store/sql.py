@@ -407,11 +407,6 @@ class SqlStore(Store):
             raise TypeError("SqlStore fences only with its own SqlLease")
         self._fence = lease
 
-    def check_fence(self) -> None:
-        fence = self._fence
-        if fence is not None:
-            fence.check()
-
     # identities and audit ------------------------------------------------------
     def identity(self) -> str:
         if self._identity is None:
