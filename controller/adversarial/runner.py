@@ -182,6 +182,19 @@ class _Campaign:
         return _Trial(ing, receipt, out)
 
 
+def _try_prepare(camp: _Campaign, w: World) -> str | None:
+    """Build (then remove) one fresh trial tree of the reference: the step a planted hook or a symlinked config
+    would act on.  The one-line error, or None when it went through."""
+    key = uuid.uuid4().hex
+    try:
+        camp.prepare(key, [])
+        return None
+    except InfrarsiError as exc:
+        return str(exc)
+    finally:
+        remove_source(w.repo, trial_dirs(w.campaign, key)[0])
+
+
 def _survivors(mark: str) -> list[int]:
     """Pids whose command line carries the case's survivor marker."""
     needle = f"{mark}-survivor".encode()
@@ -280,12 +293,9 @@ def _attack(camp: _Campaign, case: Case, obs: Observation, refs: list[Receipt], 
         after = camp.run("reference", [], [])
         obs.after_ref_step_s = after.ingest.step_time_s if after.ingest else None
     if case.name == "git_hook":
-        key = uuid.uuid4().hex
-        try:
-            camp.prepare(key, [])
-        except InfrarsiError as exc:
-            obs.stage_error = f"next prepare_source failed: {exc}"
-        remove_source(w.repo, trial_dirs(w.campaign, key)[0])
+        err = _try_prepare(camp, w)
+        if err is not None:
+            obs.stage_error = f"next prepare_source failed: {err}"
         obs.hook_ran = Path(f"/tmp/{w.mark}-hook-ran").exists()
     if db is not None:
         obs.db_value = db.value()
@@ -325,12 +335,9 @@ def run_case(case: Case | str, executor: str = "local", keep: Path | None = None
                 obs.stage_error = f"scope lock: {exc}"
                 obs.refused = camp.intake_only()
             if obs.stage_error is None and not case.runs:
-                key = uuid.uuid4().hex
-                try:
-                    camp.prepare(key, [])
-                except InfrarsiError as exc:
-                    obs.stage_error = f"prepare_source: {exc}"
-                remove_source(w.repo, trial_dirs(w.campaign, key)[0])
+                err = _try_prepare(camp, w)
+                if err is not None:
+                    obs.stage_error = f"prepare_source: {err}"
             if obs.stage_error is None and case.runs:
                 refs_t = [camp.run("reference", [], []) for _ in range(2)]
                 refs = [t.receipt for t in refs_t if t.receipt is not None and t.ingest and t.ingest.outcome == "ok"]
