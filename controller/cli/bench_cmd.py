@@ -26,9 +26,12 @@ def bench() -> None:
               help="Asynchronous search with this many concurrent trials (a free slot is refilled at once); "
                    "excludes --q.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the first repeat.")
+@click.option("--priors", "priors", default=None,
+              help="Comma-separated simulated-proposer prior modes (none, calibrated, miscalibrated): each infrarsi "
+                   "strategy runs once per mode with those knob, memory and patch priors instead of the landscape's.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def search_cmd(landscape_path: str, strategies: str, trials: int, repeats: int, q: int, slots: int | None, seed: int,
-               as_json: bool) -> None:
+               priors: str | None, as_json: bool) -> None:
     """Run each strategy REPEATS times on a landscape and report trials-to-90%, final speedup, false promotions."""
     from infrarsi.controller.search.benchmark import run_benchmark
     from infrarsi.controller.search.landscape import load_landscape
@@ -40,18 +43,25 @@ def search_cmd(landscape_path: str, strategies: str, trials: int, repeats: int, 
         raise InfrarsiError(f"--strategy: unknown {', '.join(bad) or '(empty)'}; choose from {', '.join(STRATEGIES)}")
     if slots is not None and q != 1:
         raise InfrarsiError("--slots and --q exclude each other (asynchronous slots or synchronous rounds)")
+    from infrarsi.controller.search.simulated_proposer import PRIOR_MODES
+
+    modes = [m.strip() for m in (priors or "").split(",") if m.strip()]
+    bad_modes = [m for m in modes if m not in PRIOR_MODES]
+    if priors is not None and (not modes or bad_modes):
+        raise InfrarsiError(f"--priors: unknown {', '.join(bad_modes) or '(empty)'}; choose from {', '.join(PRIOR_MODES)}")
     land = load_landscape(landscape_path)
-    res = run_benchmark(land, names, trials=trials, repeats=repeats, q=q, seed0=seed, slots=slots)
+    res = run_benchmark(land, names, trials=trials, repeats=repeats, q=q, seed0=seed, slots=slots, priors=modes)
     if as_json:
         click.echo(json.dumps(res, sort_keys=False))
         return
     mode = f"slots {slots} (async)" if slots is not None else f"q {q}"
     click.echo(f"landscape {res['landscape']}: peak {res['peak_speedup']:.4f}x, {trials} trials, {repeats} repeats, {mode}")
-    click.echo(f"{'strategy':<12} {'trials->90':>10} {'GPUh->90':>9} {'wallh->90':>9} {'final':>7} {'false':>6} "
+    width = max([12] + [len(n) for n in res["strategies"]])
+    click.echo(f"{'strategy':<{width}} {'trials->90':>10} {'GPUh->90':>9} {'wallh->90':>9} {'final':>7} {'false':>6} "
                f"{'ooms':>5} {'crashes':>7}")
     for name, s in res["strategies"].items():
         t90 = "-" if s["median_trials_to_90"] is None else f"{s['median_trials_to_90']:g}"
         h90 = "-" if s["median_gpu_hours_to_90"] is None else f"{s['median_gpu_hours_to_90']:.2f}"
         w90 = "-" if s["median_wall_hours_to_90"] is None else f"{s['median_wall_hours_to_90']:.2f}"
-        click.echo(f"{name:<12} {t90:>10} {h90:>9} {w90:>9} {s['median_final_speedup']:>7.4f} {s['false_promotions']:>6} "
+        click.echo(f"{name:<{width}} {t90:>10} {h90:>9} {w90:>9} {s['median_final_speedup']:>7.4f} {s['false_promotions']:>6} "
                    f"{s['ooms']:>5} {s['crashes']:>7}")

@@ -52,10 +52,13 @@ class RepeatScore:
 
 
 def run_repeat(land: Landscape, strategy: str, seed: int, trials: int, peak: float, q: int = 1,
-               slots: int | None = None) -> RepeatScore:
+               slots: int | None = None, priors: str | None = None) -> RepeatScore:
     """One seeded search of one strategy on one landscape, scored against the truth.
 
-    ``slots`` set: asynchronous search with that many concurrent trials (``q`` ignored).
+    ``slots`` set: asynchronous search with that many concurrent trials (``q`` ignored).  ``priors`` set
+    (``none``/``calibrated``/``miscalibrated``, infrarsi strategies only): the knob, memory and patch priors
+    come from the simulated proposer of :mod:`infrarsi.controller.search.simulated_proposer` instead of the
+    landscape's stated ones.
     """
     rng = np.random.default_rng([seed, 20261129])
     evaluate = land.evaluator(rng)
@@ -75,11 +78,18 @@ def run_repeat(land: Landscape, strategy: str, seed: int, trials: int, peak: flo
     noise = calibrate(runs)
     t0 = float(np.exp(np.mean([np.mean(np.log(r)) for r in runs])))
     kwargs: dict[str, Any] = {}
+    space = land.space
     if strategy.startswith("infrarsi"):
         kwargs["reference_peak_mem_gib"] = float(np.mean(mems)) if mems else None
-        if hasattr(land.module, "PATCH_PRIORS"):
+        if priors is not None:
+            from infrarsi.controller.search.simulated_proposer import simulated_priors
+
+            space, claims = simulated_priors(land, priors, seed)
+            if claims is not None:
+                kwargs["patch_priors"] = claims
+        elif hasattr(land.module, "PATCH_PRIORS"):
             kwargs["patch_priors"] = dict(land.module.PATCH_PRIORS)
-    strat = make_strategy(strategy, land.space, noise, t0, land.capacity_gib, seed=seed, parallel=width > 1, **kwargs)
+    strat = make_strategy(strategy, space, noise, t0, land.capacity_gib, seed=seed, parallel=width > 1, **kwargs)
     result = run_search(land.space, evaluate, trials, q, strategy=strat, slots=slots,
                         duration=lambda _c, o: o.gpu_hours / land.gpus)
     target = 0.9 * math.log(peak) if peak > 1.0 else 0.0
@@ -106,14 +116,24 @@ def _median_or_none(xs: Sequence[float | None]) -> float | None:
 
 
 def run_benchmark(land: Landscape, strategies: Sequence[str] = DEFAULT_STRATEGIES, trials: int = 30, repeats: int = 20,
-                  q: int = 1, seed0: int = 0, slots: int | None = None) -> dict:
-    """The benchmark's JSON object (see ``bench/README.md``); ``slots`` runs it asynchronously."""
+                  q: int = 1, seed0: int = 0, slots: int | None = None,
+                  priors: Sequence[str] = ()) -> dict:
+    """The benchmark's JSON object (see ``bench/README.md``); ``slots`` runs it asynchronously.
+
+    ``priors``: simulated-proposer prior modes; each infrarsi strategy then runs once per mode, reported as
+    ``<strategy>+priors:<mode>`` (the other strategies use no priors and run once)."""
     peak = land.peak_speedup()
     out: dict[str, Any] = {"landscape": land.name, "peak_speedup": peak, "trials": trials, "repeats": repeats,
                            "q": q if slots is None else None, "slots": slots, "strategies": {}}
+    runs: list[tuple[str, str, str | None]] = []
     for name in strategies:
-        scores = [run_repeat(land, name, seed0 + r, trials, peak, q, slots) for r in range(repeats)]
-        out["strategies"][name] = {
+        if priors and name.startswith("infrarsi"):
+            runs += [(f"{name}+priors:{mode}", name, mode) for mode in priors]
+        else:
+            runs.append((name, name, None))
+    for label, name, mode in runs:
+        scores = [run_repeat(land, name, seed0 + r, trials, peak, q, slots, mode) for r in range(repeats)]
+        out["strategies"][label] = {
             "median_trials_to_90": _median_or_none([s.trials_to_90 for s in scores]),
             "median_gpu_hours_to_90": _median_or_none([s.gpu_hours_to_90 for s in scores]),
             "median_wall_hours_to_90": _median_or_none([s.wall_hours_to_90 for s in scores]),
