@@ -18,10 +18,11 @@ limit) are refused here with the executors' own words (``controller/executors/re
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 KNOB_PLACEHOLDER = "{knobs}"
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
@@ -100,15 +101,19 @@ class FlagApply(_Strict):
     boolean value may be given through ``when_true``/``when_false`` (e.g. ``when_true: --compile``).
     """
 
-    flag: str | None = None
-    when_true: str | None = None
-    when_false: str | None = None
+    flag: str | None = Field(default=None, description=(
+        "Argument template with a {value} placeholder, e.g. --batch_size={value}; split with shell rules, so "
+        "'--dtype {value}' gives two arguments. The value is rendered as written (see render)."))
+    when_true: str | None = Field(default=None, description=(
+        "For boolean knobs: the argument(s) passed when the value is true, e.g. --compile (empty: nothing)."))
+    when_false: str | None = Field(default=None, description=(
+        "For boolean knobs: the argument(s) passed when the value is false, e.g. --no-compile (empty: nothing)."))
 
 
 class EnvApply(_Strict):
     """Apply a knob as an exported environment variable ``env`` set to the value's string form."""
 
-    env: str
+    env: str = Field(description="Environment variable set to the rendered value in the trial, e.g. NCCL_ALGO.")
 
     @field_validator("env")
     @classmethod
@@ -119,8 +124,10 @@ class EnvApply(_Strict):
 class ConfigApply(_Strict):
     """Apply a knob by setting ``key`` (dotted path) in the JSON/YAML config ``file`` inside the trial checkout."""
 
-    file: str = Field(min_length=1, max_length=MAX_PATTERN_CHARS)
-    key: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    file: str = Field(min_length=1, max_length=MAX_PATTERN_CHARS, description=(
+        "JSON (.json) or YAML config file, relative to the repo, written in each trial's checkout."))
+    key: str = Field(min_length=1, max_length=MAX_NAME_CHARS, description=(
+        "Dotted key inside the file set to the knob's value (typed as in YAML), e.g. optimizer.fused."))
 
     @field_validator("key")
     @classmethod
@@ -132,21 +139,64 @@ class ConfigApply(_Strict):
 
 Apply = Annotated[Union[FlagApply, EnvApply, ConfigApply], Field(union_mode="left_to_right")]
 
+#: named ``render`` styles for boolean values (a mapping gives any other spelling)
+RENDER_STYLES: dict[str, dict[bool, str]] = {
+    "python": {True: "True", False: "False"},
+    "lower": {True: "true", False: "false"},
+    "int": {True: "1", False: "0"},
+}
+
+
+class KnobPrior(_Strict):
+    """What is believed about one knob value before any trial: its effect relative to the reference value."""
+
+    value: Scalar = Field(description="The knob value this prior is about (one of the knob's values).")
+    log_speedup: float = Field(default=0.0, ge=-5, le=5, description=(
+        "Prior mean of ln(T_reference / T_value): positive means faster than the reference (0.1 is ~10%)."))
+    spread: float | None = Field(default=None, gt=0, le=5, description=(
+        "Prior SD of that log-speedup (the knob uses the largest spread given; default: the search's 0.10, "
+        "never below max(0.02, half the mean))."))
+    memory_gib: float | None = Field(default=None, ge=-MAX_GIB, le=MAX_GIB, description=(
+        "Prior change of peak memory per GPU in GiB versus the reference value (positive: more memory)."))
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, v: Any) -> Any:
+        return check_scalar(v)
+
 
 class Knob(_Strict):
     """One launch knob: a named setting with a closed set of allowed values and a reference value."""
 
-    name: str = Field(max_length=MAX_NAME_CHARS)
-    values: list[Scalar] = Field(min_length=1, max_length=MAX_VALUES)
-    reference: Scalar
-    apply: dict[str, Any]
-    kind: Literal["ordered", "categorical"] = "categorical"
-    mechanism: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    name: str = Field(max_length=MAX_NAME_CHARS, description=(
+        "Knob name (letters, digits, _ . -); the key in configurations, reports and forbid rules."))
+    values: list[Scalar] = Field(min_length=1, max_length=MAX_VALUES, description=(
+        "Every value the search may try (booleans, numbers or strings), passed exactly as written (see render)."))
+    reference: Scalar = Field(description=(
+        "The value the job uses today (one of values): the reference configuration every speedup is measured "
+        "against."))
+    apply: dict[str, Any] = Field(description=(
+        "How a value reaches the job: {flag: '--x={value}'} (or when_true/when_false), {env: NAME}, or "
+        "{config: {file, key}}."))
+    kind: Literal["ordered", "categorical"] = Field(default="categorical", description=(
+        "ordered: numeric values where neighbours behave alike (the search steps along them); categorical: "
+        "unrelated choices."))
+    mechanism: str | None = Field(default=None, max_length=MAX_NAME_CHARS, description=(
+        "What the knob changes, in canonical words (micro_batch, grad_accum, precision, compile, attention, "
+        "fused_optimizer, activation_checkpointing, tf32, ...). Only a phase name (optimizer, "
+        "forward+backward) changes the search: the knob's prior is capped by that phase's Amdahl ceiling."))
     batch_factor: bool = Field(
         default=False,
         description="True when the value multiplies the samples per optimizer update (micro-batch, grad accumulation).",
     )
-    description: str = Field(default="", max_length=MAX_TEXT_CHARS)
+    render: dict[str, str] | Literal["python", "lower", "int"] | None = Field(default=None, description=(
+        "How values become text on the command line or in the environment: a style for booleans (python: "
+        "True/False, lower: true/false, int: 1/0) or a mapping from a value as written to its text, e.g. "
+        "{true: 'True', false: 'False'}. Default: numbers and strings as written, booleans as true/false."))
+    priors: list[KnobPrior] = Field(default_factory=list, max_length=MAX_VALUES, description=(
+        "Optional beliefs per value (log_speedup, spread, memory_gib) that seed the time and memory models; "
+        "verified experience from earlier campaigns overrides log_speedup."))
+    description: str = Field(default="", max_length=MAX_TEXT_CHARS, description="Free text for people.")
 
     @field_validator("name")
     @classmethod
@@ -171,6 +221,19 @@ class Knob(_Strict):
         """The parsed ``apply`` block (validated by :mod:`infrarsi.controller.contract.checks`)."""
         return parse_apply(self.apply)
 
+    def rendered(self, value: Any) -> str:
+        """``value`` as the job receives it (flag or environment text): the ``render`` mapping or style first,
+        then booleans as ``true``/``false`` and everything else as written."""
+        if isinstance(self.render, dict):
+            for key in (str(value), json.dumps(value) if isinstance(value, bool) else None):
+                if key is not None and key in self.render:
+                    return self.render[key]
+        elif isinstance(self.render, str) and isinstance(value, bool):
+            return RENDER_STYLES[self.render][value]
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return str(value)
+
 
 def parse_apply(raw: dict[str, Any]) -> FlagApply | EnvApply | ConfigApply:
     """Parse an ``apply`` mapping into exactly one of its three forms; raise ValueError naming the problem."""
@@ -194,26 +257,35 @@ class Coupling(_Strict):
     ``times_world_size``) must equal ``equals``.  When ``solve`` names one of the knobs, that knob is derived from
     the others (it is not searched independently)."""
 
-    product: list[str] = Field(min_length=1, max_length=MAX_KNOBS)
-    equals: int = Field(gt=0, le=MAX_INT)
-    times_world_size: bool = False
-    solve: str | None = None
+    product: list[str] = Field(min_length=1, max_length=MAX_KNOBS, description=(
+        "Names of batch_factor knobs whose values multiply, e.g. [micro_batch, grad_accum]."))
+    equals: int = Field(gt=0, le=MAX_INT, description=(
+        "The product they must keep (samples per update, or per rank when times_world_size is false)."))
+    times_world_size: bool = Field(default=False, description=(
+        "Multiply the product by the world size (nodes x gpus_per_node) before comparing with equals."))
+    solve: str | None = Field(default=None, description=(
+        "One knob of product computed from the others (not searched), e.g. grad_accum = equals / micro_batch."))
 
 
 class Launch(_Strict):
     """How a trial is started.  ``command`` is an argv template: a string split with shell rules (never run
     through a shell) where the token ``{knobs}`` is replaced by the flag arguments of the knobs."""
 
-    command: str = Field(max_length=MAX_TEXT_CHARS)
-    launcher: Literal["python", "torchrun", "torchrun-multinode"] = "python"
-    nodes: int = Field(default=1, ge=1, le=10_000)
-    gpus_per_node: int = Field(default=0, ge=0, le=64)
-    partition: str | None = None
-    account: str | None = None
-    time_limit: str = "00:30:00"
-    mem_gb: float | None = Field(default=None, gt=0, le=MAX_GIB)
-    cpus_per_task: int | None = Field(default=None, ge=1, le=10_000)
-    env: dict[str, str] = Field(default_factory=dict, max_length=MAX_LIST)
+    command: str = Field(max_length=MAX_TEXT_CHARS, description=(
+        "The training command, split with shell rules but never run through a shell; the argument {knobs} is "
+        "replaced by the flag knobs' arguments, e.g. 'python train.py --max_iters=30 {knobs}'."))
+    launcher: Literal["python", "torchrun", "torchrun-multinode"] = Field(default="python", description=(
+        "python: one process; torchrun: one node, gpus_per_node ranks; torchrun-multinode: nodes >= 2."))
+    nodes: int = Field(default=1, ge=1, le=10_000, description="Nodes per trial (above 1 only for torchrun-multinode).")
+    gpus_per_node: int = Field(default=0, ge=0, le=64, description=(
+        "GPUs per node requested from Slurm (0: a CPU job); also the number of ranks per node."))
+    partition: str | None = Field(default=None, description="Slurm partition (#SBATCH --partition); default: the cluster's.")
+    account: str | None = Field(default=None, description="Slurm account (#SBATCH --account) charged for trials.")
+    time_limit: str = Field(default="00:30:00", description="Slurm time limit of one trial, [D-][HH:]MM:SS.")
+    mem_gb: float | None = Field(default=None, gt=0, le=MAX_GIB, description="Host memory per trial in GB (#SBATCH --mem).")
+    cpus_per_task: int | None = Field(default=None, ge=1, le=10_000, description="CPUs per task (#SBATCH --cpus-per-task).")
+    env: dict[str, str] = Field(default_factory=dict, max_length=MAX_LIST, description=(
+        "Environment variables exported in every trial (names starting INFRARSI_ are reserved)."))
     pending_deadline: str | None = Field(
         default=None, description="Cancel (and account) a trial still pending after this long, e.g. 01:00:00.")
 
@@ -252,9 +324,14 @@ class Launch(_Strict):
 class Workload(_Strict):
     """What one optimizer update processes: these must not change between reference and candidate."""
 
-    tokens_per_update: int = Field(gt=0, le=MAX_INT)
-    seq_len: int = Field(gt=0, le=MAX_INT)
-    static: dict[str, Scalar] = Field(default_factory=dict, max_length=MAX_LIST)
+    tokens_per_update: int = Field(gt=0, le=MAX_INT, description=(
+        "Tokens per optimizer update (all ranks): samples per update x seq_len; every legal configuration keeps it."))
+    seq_len: int = Field(gt=0, le=MAX_INT, description="Tokens per sample (the sequence length).")
+    static: dict[str, Scalar] = Field(default_factory=dict, max_length=MAX_LIST, description=(
+        "Other settings that must not change (model size, vocabulary, ...): name -> value, recorded with results."))
+    flops_per_token: float | None = Field(default=None, gt=0, le=1e18, description=(
+        "Training FLOPs per token (forward + backward, e.g. 6 x parameters + attention) for MFU; when absent the "
+        "receipt header's extra.flops_per_token is used, and the report names the source."))
 
     @field_validator("static")
     @classmethod
@@ -267,57 +344,93 @@ class Workload(_Strict):
 class Trial(_Strict):
     """Updates per trial and the timing window (1-based, inclusive): defaults to updates 11-30 of 30."""
 
-    updates: int = Field(default=30, ge=2, le=MAX_UPDATES)
-    window: tuple[int, int] = (11, 30)
+    updates: int = Field(default=30, ge=2, le=MAX_UPDATES, description="Optimizer updates each trial runs.")
+    window: tuple[int, int] = Field(default=(11, 30), description=(
+        "First and last update (1-based, inclusive) whose step times are measured; earlier ones are warm-up. "
+        "Must hold at least 4 updates (the noise calibration's minimum)."))
 
 
 class Budget(_Strict):
     """Search budget: GPU-hours over all stages, and the number of search trials."""
 
-    gpu_hours: float = Field(default=10.0, gt=0, le=MAX_GPU_HOURS)
-    trials: int = Field(default=25, ge=1, le=MAX_TRIALS)
+    gpu_hours: float = Field(default=10.0, gt=0, le=MAX_GPU_HOURS, description=(
+        "Device-hours the whole campaign may spend (reference, search and verification trials)."))
+    trials: int = Field(default=25, ge=1, le=MAX_TRIALS, description="Search trials at most (verification runs extra).")
 
 
 class Verification(_Strict):
     """Reference repeats for noise calibration, back-to-back re-runs for promotion, and how many candidates
     are re-run."""
 
-    reference_repeats: int = Field(default=3, ge=2, le=MAX_REPEATS)
-    rerun_pairs: int = Field(default=2, ge=1, le=MAX_REPEATS)
-    promotion_candidates: int = Field(default=2, ge=1, le=MAX_REPEATS)
+    reference_repeats: int = Field(default=3, ge=2, le=MAX_REPEATS, description=(
+        "Reference runs in the doctor stage; their spread calibrates the noise (sigma_pair)."))
+    rerun_pairs: int = Field(default=2, ge=1, le=MAX_REPEATS, description=(
+        "Back-to-back reference/candidate pairs re-run for each promotion candidate."))
+    promotion_candidates: int = Field(default=2, ge=1, le=MAX_REPEATS, description=(
+        "Best search candidates re-run back to back before one is promoted."))
 
 
 class Patches(_Strict):
     """Where candidate source patches come from and how big one may be."""
 
-    dir: str | None = Field(default=None, max_length=MAX_PATTERN_CHARS)
-    max_changed_lines: int = Field(default=200, ge=1, le=MAX_UPDATES)
+    dir: str | None = Field(default=None, max_length=MAX_PATTERN_CHARS, description=(
+        "Folder of candidate source patches (*.patch, unified diffs against the repo), relative to the contract."))
+    max_changed_lines: int = Field(default=200, ge=1, le=MAX_UPDATES, description=(
+        "Largest patch accepted (added + removed lines)."))
+
+
+def _none_cap(v: Any) -> Any:
+    """``memory_cap_gib: none`` (any case) or null means no cap."""
+    return None if v is None or (isinstance(v, str) and v.strip().lower() == "none") else v
 
 
 class Contract(_Strict):
     """The whole task contract.  Paths are relative to the contract file's directory (``repo``) or the repo."""
 
-    name: str = Field(max_length=MAX_NAME_CHARS)
-    repo: str = Field(default=".", min_length=1, max_length=MAX_PATTERN_CHARS)
-    launch: Launch
-    workload: Workload
-    trial: Trial = Field(default_factory=Trial)
-    editable_files: list[str] = Field(default_factory=list, max_length=MAX_LIST)
-    frozen_files: list[str] = Field(default_factory=list, max_length=MAX_LIST)
-    precision_menu: list[str] = Field(default_factory=lambda: ["fp32"], max_length=16)
-    loss_tolerance: float = Field(default=0.03, gt=0, le=0.5)
-    memory_cap_gib: float = Field(default=80.0, gt=0, le=MAX_GIB)
-    knobs: list[Knob] = Field(default_factory=list, max_length=MAX_KNOBS)
-    couplings: list[Coupling] = Field(default_factory=list, max_length=MAX_LIST)
-    budget: Budget = Field(default_factory=Budget)
-    verification: Verification = Field(default_factory=Verification)
-    patches: Patches = Field(default_factory=Patches)
+    name: str = Field(max_length=MAX_NAME_CHARS, description=(
+        "Campaign/workload name (letters, digits, _ . -); experience is shared between contracts of one name."))
+    repo: str = Field(default=".", min_length=1, max_length=MAX_PATTERN_CHARS, description=(
+        "The training repository (a git work tree), relative to this file's folder."))
+    launch: Launch = Field(description="How a trial is started (command, launcher, Slurm resources).")
+    workload: Workload = Field(description="What one optimizer update processes; fixed across configurations.")
+    trial: Trial = Field(default_factory=Trial, description="Length of a trial and its timing window.")
+    editable_files: list[str] = Field(default_factory=list, max_length=MAX_LIST, description=(
+        "Globs (relative to the repo) of the files patches may change, e.g. ['model.py', 'src/**/*.py']."))
+    frozen_files: list[str] = Field(default_factory=list, max_length=MAX_LIST, description=(
+        "Globs of files no trial may change (data loading, evaluation); their digests are locked at init."))
+    precision_menu: list[str] = Field(default_factory=lambda: ["fp32"], max_length=16, description=(
+        "Numeric precisions a trial may report (the adapter's precision= uses the same names): fp32, tf32, bf16, "
+        "fp16, fp8, amp-bf16, amp-fp16 (see the precision table)."))
+    loss_tolerance: float = Field(default=0.03, gt=0, le=0.5, description=(
+        "Largest relative loss difference from the reference a candidate may show and still be verified."))
+    memory_cap_gib: Annotated[float | None, BeforeValidator(_none_cap)] = Field(
+        default=80.0, gt=0, le=MAX_GIB, description=(
+            "Peak memory per GPU a trial may use, in GiB; none: no cap (the device's own memory is the limit)."))
+    knobs: list[Knob] = Field(default_factory=list, max_length=MAX_KNOBS, description="The launch knobs the search varies.")
+    couplings: list[Coupling] = Field(default_factory=list, max_length=MAX_LIST, description=(
+        "Products of batch_factor knobs that must stay fixed so tokens per update do not change."))
+    forbid: list[dict[str, Scalar]] = Field(default_factory=list, max_length=MAX_LIST, description=(
+        "Knob combinations the script refuses: each a partial assignment {knob: value, ...} that no trial may "
+        "match, e.g. [{compile: true, attention: math}]."))
+    budget: Budget = Field(default_factory=Budget, description="How much the search may spend.")
+    verification: Verification = Field(default_factory=Verification, description="Noise calibration and promotion re-runs.")
+    patches: Patches = Field(default_factory=Patches, description="Candidate source patches.")
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
         if not _NAME_RE.match(v):
             raise ValueError(f"'{v}' is not a valid name (letters, digits, _ . -)")
+        return v
+
+    @field_validator("forbid")
+    @classmethod
+    def _forbid(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for rule in v:
+            if not rule:
+                raise ValueError("an empty forbid rule would forbid everything; name at least one knob")
+            for item in rule.values():
+                check_scalar(item)
         return v
 
     def knob(self, name: str) -> Knob:
@@ -336,3 +449,13 @@ class Contract(_Strict):
     def reference_config(self) -> dict[str, Scalar]:
         """Every knob at its reference value."""
         return {k.name: k.reference for k in self.knobs}
+
+    @property
+    def search_capacity_gib(self) -> float:
+        """The memory capacity the search and its memory model assume: ``memory_cap_gib``, or
+        :data:`NO_CAP_GIB` (effectively infinite, but finite for the models) when there is no cap."""
+        return NO_CAP_GIB if self.memory_cap_gib is None else float(self.memory_cap_gib)
+
+
+#: the capacity used for ``memory_cap_gib: none`` (the models need a finite number)
+NO_CAP_GIB = MAX_GIB
