@@ -24,6 +24,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
+from infrarsi.controller.proposers.spec import ProposersSpec
+
 KNOB_PLACEHOLDER = "{knobs}"
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _TIME_RE = re.compile(r"^(?:(\d{1,4})-)?(?:(\d{1,5}):)?(\d{1,6}):(\d{1,6})$")
@@ -415,6 +417,9 @@ class Contract(_Strict):
     budget: Budget = Field(default_factory=Budget, description="How much the search may spend.")
     verification: Verification = Field(default_factory=Verification, description="Noise calibration and promotion re-runs.")
     patches: Patches = Field(default_factory=Patches, description="Candidate source patches.")
+    proposers: ProposersSpec = Field(default_factory=ProposersSpec, description=(
+        "Where priors and patches come from: folder (patches.dir, the default), catalog, llm, agent "
+        "(docs/proposers.md)."))
 
     @field_validator("name")
     @classmethod
