@@ -180,7 +180,8 @@ class CampaignEngine:
         spec = self.judge_spec(c)
         refs = self._reference_receipts(c) if t.stage != "reference" else []
         ing, _ = build_ingest(t, t.outcome or "crash", t.reason or "", t.start_time, t.end_time,
-                              self.settings.master_key(), refs, spec, self._devices(contract), contract.memory_cap_gib)
+                              self.settings.master_key(), refs, spec, self._devices(contract),
+                              contract.search_capacity_gib)
         if self.store.ingest(t.id, ing):
             self.progress(self._describe(c, t, ing))
         remove_source(Path(c.repo_path), trial_dirs(Path(c.workdir), t.trial_key)[0])

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from infrarsi.controller.contract.checks import is_legal
-from infrarsi.controller.contract.model import Contract
+from infrarsi.controller.contract.model import Contract, Knob
 from infrarsi.controller.search.controller import SearchController
 from infrarsi.controller.search.space import Candidate, KnobSpec, Outcome, SearchSpace
 from infrarsi.controller.store.records import ObservationRecord, TrialRecord
@@ -24,10 +24,19 @@ def search_space(contract: Contract, patches: Sequence[str]) -> SearchSpace:
     derived = contract.derived_knobs
     knobs = tuple(
         KnobSpec(name=k.name, values=tuple(k.values), reference=k.reference, ordered=k.kind == "ordered",
-                 mechanism=k.mechanism)
+                 mechanism=k.mechanism, **knob_priors(k))
         for k in contract.knobs if k.name not in derived
     )
     return SearchSpace(knobs=knobs, patches=tuple(sorted(patches)), is_legal=lambda cfg: is_legal(contract, cfg))
+
+
+def knob_priors(knob: Knob) -> dict[str, Any]:
+    """The contract's ``priors`` of one knob as KnobSpec keywords: ``prior_mean`` and ``mem_prior_gib`` per value,
+    ``prior_sd`` the largest spread stated (None where nothing is stated, so the controller's defaults apply)."""
+    mean = {p.value: float(p.log_speedup) for p in knob.priors if p.log_speedup}
+    mem = {p.value: float(p.memory_gib) for p in knob.priors if p.memory_gib is not None}
+    spreads = [float(p.spread) for p in knob.priors if p.spread is not None]
+    return {"prior_mean": mean or None, "prior_sd": max(spreads) if spreads else None, "mem_prior_gib": mem or None}
 
 
 def free_config(contract: Contract, config: dict[str, Any]) -> dict[str, Any]:
@@ -70,10 +79,10 @@ def rebuild_controller(contract: Contract, scope: dict[str, Any], doctor: dict[s
     tuning: dict[str, Any] = {}
     if doctor.get("reference_peak_mem_gib") is not None:
         tuning["reference_peak_mem_gib"] = float(doctor["reference_peak_mem_gib"])
-    ctrl = SearchController(space, noise_from_doctor(doctor), float(doctor["t0"]), contract.memory_cap_gib,
+    ctrl = SearchController(space, noise_from_doctor(doctor), float(doctor["t0"]), contract.search_capacity_gib,
                             seed=seed, experience=experience, phase_shares=doctor.get("phase_shares"), **tuning)
     done = [t for t in trials if t.stage == "search" and t.status == "ingested" and t.outcome != "cancelled"]
     done.sort(key=lambda t: (observations[t.id].id if t.id in observations else 0, t.seq))
     for t in done:
-        ctrl.tell(candidate_of(t), outcome_of(t, observations.get(t.id), contract.memory_cap_gib))
+        ctrl.tell(candidate_of(t), outcome_of(t, observations.get(t.id), contract.search_capacity_gib))
     return ctrl

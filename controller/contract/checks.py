@@ -14,6 +14,7 @@ the contract's size (duplicates by hashing a canonical form; glob expansion stop
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import shlex
 from pathlib import Path, PurePosixPath
@@ -22,6 +23,7 @@ from typing import Any, Iterator
 from infrarsi.controller.contract.model import (
     KNOB_PLACEHOLDER, ConfigApply, Contract, EnvApply, FlagApply, check_env_name, check_scalar, parse_apply,
 )
+from infrarsi.surrogate.noise import MIN_STEPS_PER_RUN
 
 KNOWN_PRECISIONS = {"fp32", "tf32", "bf16", "fp16", "fp8", "amp-bf16", "amp-fp16"}
 MAX_ENUMERATION = 200_000
@@ -105,8 +107,9 @@ def semantic_problems(contract: Contract, base_dir: Path) -> list[tuple[Loc, str
     start, end = contract.trial.window
     if not (1 <= start <= end <= contract.trial.updates):
         out.append((("trial", "window"), f"[{start}, {end}] must satisfy 1 <= start <= end <= updates ({contract.trial.updates})"))
-    elif end - start + 1 < 2:
-        out.append((("trial", "window"), "the timing window must hold at least 2 updates"))
+    elif end - start + 1 < MIN_STEPS_PER_RUN:
+        out.append((("trial", "window"), f"[{start}, {end}] holds {end - start + 1} update(s); the noise calibration "
+                                         f"needs at least {MIN_STEPS_PER_RUN} (surrogate/noise.py MIN_STEPS_PER_RUN)"))
 
     # files
     for field in ("editable_files", "frozen_files"):
@@ -145,6 +148,12 @@ def semantic_problems(contract: Contract, base_dir: Path) -> list[tuple[Loc, str
                 first[key] = j
         if not _in(knob.reference, knob.values):
             out.append((("knobs", i, "reference"), f"'{knob.reference}' is not one of values {_fmt_values(knob.values)}"))
+        out.extend(_prior_problems(i, knob))
+        if isinstance(knob.render, dict):
+            written = {str(v) for v in knob.values} | {json.dumps(v) for v in knob.values if isinstance(v, bool)}
+            for key in knob.render:
+                if key not in written:
+                    out.append((("knobs", i, "render", key), f"'{key}' is not one of values {_fmt_values(knob.values)}"))
         if knob.kind == "ordered" and not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in knob.values):
             out.append((("knobs", i, "kind"), "an ordered knob needs numeric values"))
         try:
@@ -209,6 +218,74 @@ def semantic_problems(contract: Contract, base_dir: Path) -> list[tuple[Loc, str
             coupling_ok = False
     if coupling_ok and not any(loc[0] == "knobs" and loc[-1] == "reference" for loc, _ in out):
         out.extend(_conservation_problems(contract))
+    out.extend(_forbid_problems(contract))
+    return out
+
+
+def _prior_problems(i: int, knob: Any) -> list[tuple[Loc, str]]:
+    out: list[tuple[Loc, str]] = []
+    seen: set[tuple[str, Any]] = set()
+    for j, prior in enumerate(knob.priors):
+        if not _in(prior.value, knob.values):
+            out.append((("knobs", i, "priors", j, "value"), f"'{prior.value}' is not one of values "
+                                                            f"{_fmt_values(knob.values)}"))
+        elif _same(prior.value, knob.reference):
+            out.append((("knobs", i, "priors", j, "value"), f"'{prior.value}' is the reference value: its "
+                                                            "effect is 0 by definition"))
+        elif _canonical(prior.value) in seen:
+            out.append((("knobs", i, "priors", j, "value"), f"a second prior for value '{prior.value}'"))
+        seen.add(_canonical(prior.value))
+    return out
+
+
+def _forbid_problems(contract: Contract) -> list[tuple[Loc, str]]:
+    """Forbid rules naming unknown knobs or values, and rules that forbid the reference configuration."""
+    out: list[tuple[Loc, str]] = []
+    names = {k.name: k for k in contract.knobs}
+    for i, rule in enumerate(contract.forbid):
+        sound = True
+        for name, value in rule.items():
+            if name not in names:
+                out.append((("forbid", i, name), f"unknown knob '{name}' (knobs: {', '.join(sorted(names)) or 'none'})"))
+                sound = False
+            elif not _in(value, names[name].values):
+                out.append((("forbid", i, name), f"'{value}' is not one of knob '{name}' values "
+                                                 f"{_fmt_values(names[name].values)}"))
+                sound = False
+        if sound and _matches(rule, contract.reference_config):
+            out.append((("forbid", i), "forbids the reference configuration (every knob at its reference)"))
+    return out
+
+
+def _matches(rule: dict[str, Any], config: dict[str, Any]) -> bool:
+    return all(name in config and _same(config[name], value) for name, value in rule.items())
+
+
+def forbidden_by(contract: Contract, config: dict[str, Any]) -> int | None:
+    """Index of the first ``forbid`` rule that the full ``config`` matches (every knob it names at its value),
+    or None when no rule forbids it."""
+    for i, rule in enumerate(contract.forbid):
+        if _matches(rule, config):
+            return i
+    return None
+
+
+def contract_warnings(contract: Contract) -> list[tuple[Loc, str]]:
+    """Things that are legal but probably not meant: a boolean knob passed on the command line or in the
+    environment without ``render`` becomes ``true``/``false``, which Python scripts often refuse."""
+    out: list[tuple[Loc, str]] = []
+    for i, knob in enumerate(contract.knobs):
+        bools = [v for v in knob.values if isinstance(v, bool)]
+        if not bools or knob.render is not None:
+            continue
+        try:
+            app = parse_apply(knob.apply)
+        except Exception:  # reported as a problem already
+            continue
+        if isinstance(app, EnvApply) or (isinstance(app, FlagApply) and app.flag is not None):
+            how = f"{app.flag}" if isinstance(app, FlagApply) else f"{app.env}=..."
+            out.append((("knobs", i, "values"), f"YAML booleans are passed as true/false ({how}); if the script "
+                        "expects True/False add render: python, or quote the values ('True')"))
     return out
 
 
@@ -268,10 +345,17 @@ def _conservation_problems(contract: Contract) -> list[tuple[Loc, str]]:
         return out
     base = samples_per_update(contract, ref) * contract.workload.seq_len
     batch_knobs = [k for k in contract.knobs if k.batch_factor]
-    if base != contract.workload.tokens_per_update and batch_knobs:
+    if not batch_knobs:
+        # the batch is fixed in the command: no knob can change tokens per update; the verifier checks the
+        # receipt's count against workload.tokens_per_update
+        return out
+    if base != contract.workload.tokens_per_update:
+        factors = " x ".join([f"{k.name}={ref[k.name]}" for k in batch_knobs]
+                             + [f"world size {contract.launch.world_size}"])
         out.append((("workload", "tokens_per_update"),
-                    f"{contract.workload.tokens_per_update} differs from the reference configuration's "
-                    f"{base} (= samples x seq_len)"))
+                    f"{contract.workload.tokens_per_update} differs from the reference configuration's {base} "
+                    f"(= {factors} x seq_len {contract.workload.seq_len}); a batch size fixed in the command is "
+                    f"not counted: make it a batch_factor knob with one value"))
         return out
     total = math.prod(len(k.values) for k in batch_knobs)
     if total > MAX_ENUMERATION:
@@ -333,11 +417,13 @@ def complete_config(contract: Contract, config: dict[str, Any]) -> dict[str, Any
 
 
 def is_legal(contract: Contract, config: dict[str, Any]) -> bool:
-    """True when ``config`` (possibly partial) completes to a legal configuration."""
+    """True when ``config`` (possibly partial) completes to a legal configuration that no ``forbid`` rule
+    matches (this is the legality the search's space uses)."""
     try:
-        return complete_config(contract, config) is not None
+        full = complete_config(contract, config)
     except KeyError:
         return False
+    return full is not None and forbidden_by(contract, full) is None
 
 
 def legal_configs(contract: Contract) -> Iterator[dict[str, Any]]:
@@ -345,5 +431,5 @@ def legal_configs(contract: Contract) -> Iterator[dict[str, Any]]:
     free = [k for k in contract.knobs if k.name not in contract.derived_knobs]
     for combo in itertools.product(*(k.values for k in free)):
         full = complete_config(contract, {k.name: v for k, v in zip(free, combo)})
-        if full is not None:
+        if full is not None and forbidden_by(contract, full) is None:
             yield full

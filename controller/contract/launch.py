@@ -27,10 +27,11 @@ class LaunchPlan:
     config_edits: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def _value_str(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
+def config_string(contract: Contract, config: dict[str, Any], sep: str = ", ") -> str:
+    """``knob=value`` pairs sorted by knob name, each value as the job receives it (:meth:`Knob.rendered`), so a
+    display shows ``compile=False`` only when ``False`` was passed; unknown knobs show their value as written."""
+    names = {k.name: k for k in contract.knobs}
+    return sep.join(f"{k}={names[k].rendered(v) if k in names else v}" for k, v in sorted(config.items()))
 
 
 def render_launch(contract: Contract, config: dict[str, Any]) -> LaunchPlan:
@@ -57,9 +58,9 @@ def render_launch(contract: Contract, config: dict[str, Any]) -> LaunchPlan:
                 if tmpl:
                     flags.extend(shlex.split(tmpl))
             elif app.flag is not None:
-                flags.extend(part.replace("{value}", _value_str(value)) for part in shlex.split(app.flag))
+                flags.extend(part.replace("{value}", knob.rendered(value)) for part in shlex.split(app.flag))
         elif isinstance(app, EnvApply):
-            env[app.env] = _value_str(value)
+            env[app.env] = knob.rendered(value)
         elif isinstance(app, ConfigApply):
             edits.setdefault(app.file, {})[app.key] = value
     argv: list[str] = []
