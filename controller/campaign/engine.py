@@ -26,6 +26,7 @@ from infrarsi.controller.campaign.ingest import build_ingest
 from infrarsi.controller.campaign.scope import lock_scope
 from infrarsi.controller.campaign.sourcetree import prepare_source, remove_source
 from infrarsi.controller.campaign.trialspec import build_spec, judge_spec_dict, trial_dirs
+from infrarsi.controller.contract.launch import config_string
 from infrarsi.controller.contract.loader import contract_digest
 from infrarsi.controller.contract.model import Contract
 from infrarsi.controller.errors import InfrarsiError, PatchError
@@ -187,7 +188,7 @@ class CampaignEngine:
         remove_source(Path(c.repo_path), trial_dirs(Path(c.workdir), t.trial_key)[0])
 
     def _describe(self, c: CampaignRecord, t: TrialRecord, ing: Any) -> str:
-        knobs = ", ".join(f"{k}={v}" for k, v in sorted(t.config.items()))
+        knobs = config_string(self.contract(c), t.config)
         patches = f" +{'+'.join(t.patches)}" if t.patches else ""
         t0 = (c.doctor or {}).get("t0")
         speed = f" {ing.step_time_s * 1000:.1f} ms/update" if ing.step_time_s else ""
