@@ -337,6 +337,20 @@ def check_contract(path: str | Path) -> tuple[Contract | None, list[str]]:
     return contract, problems
 
 
+def check_warnings(path: str | Path) -> list[str]:
+    """Warnings for a contract that passes :func:`check_contract` (``file:line field: warning: ...`` lines; empty
+    when the file has problems or nothing to warn about).  Warnings never fail ``contract check``."""
+    from infrarsi.controller.contract.checks import contract_warnings
+
+    path = Path(path)
+    try:
+        doc = parse_yaml(path)
+        contract = Contract.model_validate(_plain(doc.root))
+    except (ContractError, ValidationError):
+        return []
+    return [doc.problem(loc, f"warning: {msg}") for loc, msg in contract_warnings(contract)]
+
+
 def load_contract(path: str | Path) -> Contract:
     """The validated contract at ``path``; :class:`ContractError` listing every problem otherwise."""
     contract, problems = check_contract(path)
@@ -346,8 +360,12 @@ def load_contract(path: str | Path) -> Contract:
 
 
 def contract_digest(contract: Contract) -> str:
-    """SHA-256 over the canonical JSON of the validated contract (what ``init`` locks)."""
-    canonical = json.dumps(contract.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    """SHA-256 over the canonical JSON of the validated contract (what ``init`` locks).  An absent ``proposers``
+    section is left out, so contracts written before it existed keep their digest."""
+    data = contract.model_dump(mode="json")
+    if "proposers" not in contract.model_fields_set:
+        data.pop("proposers", None)
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
