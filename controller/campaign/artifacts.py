@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from infrarsi.controller.contract.checks import complete_config
 from infrarsi.controller.contract.launch import render_launch
+from infrarsi.controller.contract.model import Contract
 from infrarsi.controller.store.records import CampaignRecord
 from infrarsi.verifier.judge import INVARIANTS
 
@@ -27,6 +28,18 @@ MFU_FORMULA = ("MFU = (tokens per update / step time) x flops_per_token / (devic
                "6 x active matrix parameters + attention FLOPs (12 x n_layer x d_model x seq_len), "
                "peak = dense BF16 peak per GPU")
 
+
+def flops_per_token_of(contract: Contract, doctor: dict[str, Any]) -> tuple[float | None, str | None]:
+    """FLOPs per token for MFU and where it came from: the contract's ``workload.flops_per_token`` first, else the
+    reference receipt header's ``extra.flops_per_token``; ``(None, None)`` when neither states it."""
+    if contract.workload.flops_per_token:
+        return float(contract.workload.flops_per_token), "contract (workload.flops_per_token)"
+    fpt = (doctor.get("header_extra") or {}).get("flops_per_token")
+    try:
+        value = float(fpt) if fpt is not None else None
+    except (TypeError, ValueError):
+        value = None
+    return (value, "receipt header (extra.flops_per_token)") if value else (None, None)
 
 def report_dir(c: CampaignRecord) -> Path:
     """Where a campaign's artifacts live."""
@@ -114,12 +127,13 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
             g = promo["speed_reproduces"]
             promoted["verdicts"].append({"invariant": g["name"], "layer": g["layer"], "status": g["status"],
                                          "required": True, "reason": g["reason"]})
-    fpt = (doctor.get("header_extra") or {}).get("flops_per_token")
+    fpt, fpt_source = flops_per_token_of(contract, doctor)
     mfu = None
     if fpt and t0:
         tpu = contract.workload.tokens_per_update
         after_t = promoted["step_time_s"] if promoted and promoted.get("step_time_s") else t0 / speedup
-        mfu = {"formula": MFU_FORMULA, "flops_per_token": float(fpt), "tokens_per_update": tpu, "devices": devices,
+        mfu = {"formula": MFU_FORMULA, "flops_per_token": float(fpt), "flops_per_token_source": fpt_source,
+               "tokens_per_update": tpu, "devices": devices,
                "peak_flops": PEAK_FLOPS, "before": tpu / t0 * float(fpt) / (devices * PEAK_FLOPS),
                "after": tpu / after_t * float(fpt) / (devices * PEAK_FLOPS)}
     by_stage = store.cost_by_stage(c.id)

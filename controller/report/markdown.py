@@ -198,7 +198,8 @@ def _mfu(r: dict[str, Any]) -> str:
     before, after = _mfu_values(r)
     out += ["", f"Formula (the paper's): {MFU_FORMULA}."]
     if not m:
-        out += ["", "MFU not computed: FLOPs per token is unknown (declare it in the task contract)."]
+        out += ["", "MFU not computed: FLOPs per token is unknown (declare workload.flops_per_token in the task "
+                    "contract, or pass extra={'flops_per_token': ...} in the adapter's receipt header)."]
         return "\n".join(out)
     if m.get("formula"):
         out += ["", f"As computed: `{text(m.get('formula'), 200)}`"]
@@ -206,6 +207,7 @@ def _mfu(r: dict[str, Any]) -> str:
     p = _d(r.get("promoted"))
     rows = [
         ["FLOPs per token", sci(m.get("flops_per_token"))],
+        ["FLOPs per token from", text(m.get("flops_per_token_source") or "receipt header (extra.flops_per_token)")],
         ["Tokens per update", sci(m.get("tokens_per_update"))],
         ["Devices (N_GPU)", text(m.get("devices"))],
         ["Peak per device (FLOP/s, dense BF16)", sci(m.get("peak_flops"))],
