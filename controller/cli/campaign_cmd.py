@@ -7,10 +7,13 @@ cancels only their own campaigns (row-level security); another user's campaign r
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import click
 
 from infrarsi.controller.cli.output import emit, emit_obj
+from infrarsi.controller.contract.launch import config_string
+from infrarsi.controller.contract.model import Contract
 from infrarsi.controller.errors import InfrarsiError
 from infrarsi.controller.store import open_store
 from infrarsi.controller.store.records import CampaignRecord
@@ -54,6 +57,16 @@ def list_cmd(states: tuple[str, ...], as_json: bool) -> None:
     emit(rows, "json" if as_json else "table")
 
 
+def _contract_or_none(c: Any) -> Contract | None:
+    """The campaign's stored contract (for rendering knob values as they were passed), None if unreadable."""
+    from infrarsi.controller.campaign.engine import parse_contract_yaml
+
+    try:
+        return parse_contract_yaml(c.contract_yaml)
+    except Exception:  # an old or damaged record: show values as stored
+        return None
+
+
 @campaign.command("show")
 @click.argument("campaign_id", type=int)
 @click.option("--json", "as_json", is_flag=True)
@@ -63,9 +76,11 @@ def show(campaign_id: int, as_json: bool) -> None:
     emit_obj(_status(store, c), as_json)
     if not as_json:
         obs = store.observations(c.id)  # type: ignore[attr-defined]
+        contract = _contract_or_none(c)
         rows = [{"seq": t.seq, "stage": t.stage, "status": t.status, "outcome": t.outcome, "job": t.job_id,
                  "ms": (obs[t.id].step_time_s * 1000) if t.id in obs and obs[t.id].step_time_s else None,
-                 "knobs": ",".join(f"{k}={v}" for k, v in sorted(t.config.items())),
+                 "knobs": (config_string(contract, t.config, ",") if contract is not None
+                           else ",".join(f"{k}={v}" for k, v in sorted(t.config.items()))),
                  "patches": "+".join(t.patches), "reason": (t.reason or "")[:60]}
                 for t in store.list_trials(c.id)]  # type: ignore[attr-defined]
         click.echo("")

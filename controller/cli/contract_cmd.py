@@ -12,6 +12,7 @@ import sys
 import click
 
 from infrarsi.controller.contract import check_contract
+from infrarsi.controller.contract.loader import check_warnings
 from infrarsi.controller.contract.model import Contract
 from infrarsi.controller.errors import one_line
 
@@ -40,6 +41,8 @@ def check(files: tuple[str, ...], as_json: bool) -> None:
                     click.echo(p)
         elif not as_json:
             assert c is not None
+            for w in check_warnings(f):
+                click.echo(w, err=True)
             free = len([k for k in c.knobs if k.name not in c.derived_knobs])
             click.echo(f"{f}: ok ({c.name}: {len(c.knobs)} knobs, {free} searched, "
                        f"{c.workload.tokens_per_update} tokens per update)")
