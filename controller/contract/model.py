@@ -290,6 +290,29 @@ class Launch(_Strict):
         "Environment variables exported in every trial (names starting INFRARSI_ are reserved)."))
     pending_deadline: str | None = Field(
         default=None, description="Cancel (and account) a trial still pending after this long, e.g. 01:00:00.")
+    trial_args: list[str] = Field(default_factory=list, max_length=MAX_LIST, description=(
+        "Trial-only arguments appended to every trial's command after the knobs (each item split with shell rules), "
+        "e.g. ['--max_iters=30', '--eval_interval=0', '--log_interval=1']: command is the production launch, so "
+        "infrarsi apply and infrarsi.promoted.yaml carry command with the promoted knobs and never these. A script "
+        "that keeps the last occurrence of a flag (argparse does) lets them override a value in command."))
+    trial_env: dict[str, str] = Field(default_factory=dict, max_length=MAX_LIST, description=(
+        "Trial-only environment variables (e.g. WANDB_MODE: disabled), set in trials on top of env and never "
+        "written by apply."))
+
+    @field_validator("trial_args")
+    @classmethod
+    def _trial_args(cls, v: list[str]) -> list[str]:
+        for item in v:
+            check_scalar(item)
+        return v
+
+    @field_validator("trial_env")
+    @classmethod
+    def _trial_env(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            check_env_name(name)
+            check_scalar(value)
+        return v
 
     @field_validator("time_limit", "pending_deadline")
     @classmethod
@@ -386,6 +409,34 @@ def _none_cap(v: Any) -> Any:
     return None if v is None or (isinstance(v, str) and v.strip().lower() == "none") else v
 
 
+class Input(_Strict):
+    """A read-only input that is not in git (a data directory, a tokenizer file): every trial sees it at the same
+    path, bound read-only over a mount point in its source tree, never copied (controller/campaign/inputs.py)."""
+
+    path: str = Field(min_length=1, max_length=MAX_PATTERN_CHARS, description=(
+        "The input on this host: relative to the repo (e.g. data/shakespeare, git-ignored data files included; it "
+        "must not be or pass through a symlink leading out of the repo, nor lie under .git), or absolute for shared "
+        "cluster storage. Under Slurm the path must be on storage every compute node mounts at the same path (like "
+        "INFRARSI_SCRATCH): the exec wrapper runs on the node and refuses a job whose input it cannot see."))
+    at: str | None = Field(default=None, max_length=MAX_PATTERN_CHARS, description=(
+        "Where the trial sees it, relative to the job's working directory (default: path; an absolute path "
+        "defaults to itself). Files the commit has there are hidden by the input, so at must not hold a frozen, "
+        "editable or config-knob file. In the bubblewrap sandbox it is a read-only bind (a write fails with "
+        "EROFS); with INFRARSI_ISOLATION=none it is a symlink to path (no copy, and nothing stops the unsandboxed "
+        "job writing through it)."))
+    digest: Literal["lock", "none"] = Field(default="lock", description=(
+        "lock: at init record (relpath, size, mtime, sha256) of every file, read without following links; before "
+        "each trial re-check size and mtime and re-hash only what moved: a changed, missing or new file fails the "
+        "campaign with a line naming it. none: no manifest (the input may change between trials)."))
+
+    @field_validator("path", "at")
+    @classmethod
+    def _path(cls, v: str | None) -> str | None:
+        if v is not None:
+            check_scalar(v)
+        return v
+
+
 class Contract(_Strict):
     """The whole task contract.  Paths are relative to the contract file's directory (``repo``) or the repo."""
 
@@ -417,6 +468,9 @@ class Contract(_Strict):
     budget: Budget = Field(default_factory=Budget, description="How much the search may spend.")
     verification: Verification = Field(default_factory=Verification, description="Noise calibration and promotion re-runs.")
     patches: Patches = Field(default_factory=Patches, description="Candidate source patches.")
+    inputs: list[Input] = Field(default_factory=list, max_length=MAX_LIST, description=(
+        "Read-only inputs not in git that every trial sees at the same path without copying, e.g. "
+        "[{path: data/shakespeare}, {path: /shared/datasets/owt, at: data/owt}]; digests locked at init."))
     proposers: ProposersSpec = Field(default_factory=ProposersSpec, description=(
         "Where priors and patches come from: folder (patches.dir, the default), catalog, llm, agent "
         "(docs/proposers.md)."))
