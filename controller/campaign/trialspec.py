@@ -59,7 +59,7 @@ def build_spec(contract: Contract, scope: dict[str, Any], config: dict[str, Any]
     ``workdir`` is the job's cwd: ``src/`` or a folder inside it (monorepo prefix).  Compile caches, HOME and
     TMPDIR point into ``scratch/`` (set by the wrapper); isolation comes from :func:`isolation_mode`.
     """
-    plan = render_launch(contract, config)
+    plan = render_launch(contract, config, trial=True)
     out.mkdir(parents=True, exist_ok=True)
     scratch = scratch_dir(out)
     scratch.mkdir(parents=True, exist_ok=True)

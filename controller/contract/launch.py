@@ -34,8 +34,12 @@ def config_string(contract: Contract, config: dict[str, Any], sep: str = ", ") -
     return sep.join(f"{k}={names[k].rendered(v) if k in names else v}" for k, v in sorted(config.items()))
 
 
-def render_launch(contract: Contract, config: dict[str, Any]) -> LaunchPlan:
+def render_launch(contract: Contract, config: dict[str, Any], trial: bool = False) -> LaunchPlan:
     """The launch plan for ``config`` (completed and checked against the couplings).
+
+    ``trial=False`` (the default) is the production launch that ``pack.yaml``/``infrarsi apply`` write;
+    ``trial=True`` appends ``launch.trial_args`` (each split with shell rules) after the whole command and sets
+    ``launch.trial_env`` under the knobs' own variables.
 
     Raises ContractError naming the knob when ``config`` holds an unknown knob or an illegal combination.
     """
@@ -48,6 +52,8 @@ def render_launch(contract: Contract, config: dict[str, Any]) -> LaunchPlan:
         raise ContractError([f"config: illegal knob combination ({desc}) for contract '{contract.name}'"])
     flags: list[str] = []
     env: dict[str, str] = dict(contract.launch.env)
+    if trial:
+        env.update(contract.launch.trial_env)
     edits: dict[str, dict[str, Any]] = {}
     for knob in contract.knobs:
         value = full[knob.name]
@@ -69,6 +75,8 @@ def render_launch(contract: Contract, config: dict[str, Any]) -> LaunchPlan:
             argv.extend(flags)
         else:
             argv.append(part)
+    if trial:
+        argv.extend(arg for item in contract.launch.trial_args for arg in shlex.split(item))
     return LaunchPlan(argv=tuple(argv), env=tuple(sorted(env.items())), config_edits=edits)
 
 
