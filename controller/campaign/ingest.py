@@ -2,7 +2,15 @@
 
 The outcome comes from the signed receipt first (signature, schema and trial binding checked before anything
 is read from it), then from the executor's classification (Slurm state and job log); never from the
-scheduler's state alone.  Pure apart from reading ``receipt.json`` from the trial's out directory.
+scheduler's state alone.  Pure apart from reading ``receipt.json`` and the tail of the job's log from the trial's
+out directory.
+
+A failed trial's reason is readable and points at its log: a crash says the script's own exception line
+(``ValueError: bad value``; under torchrun the worker's, not torchrun's ``ChildFailedError``), else the exit
+status and the log's last line; an out-of-memory failure says what the process needed against its own cap; every
+failure ends with ``(log: <out>/job.log)``.  The OOM shortfall is measured against the process's own cap (the
+"N GiB allowed" of ``torch.cuda.set_per_process_memory_fraction`` in the message, else the contract's
+``memory_cap_gib``), never against the whole GPU's free memory.
 
 Bounded: the receipt file's size is checked before it is read (never more than ``MAX_RECEIPT_BYTES + 1`` bytes
 are held); an oversized receipt is stored as a small marker (:func:`~infrarsi.verifier.receipt.oversized_marker`)
@@ -20,6 +28,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from infrarsi.controller.executors.base import LOG_NAME
+from infrarsi.controller.executors.classify import exception_line, last_log_line, log_tail, oom_need, parse_oom_detail
 from infrarsi.controller.store.records import Ingest, TrialRecord, VerdictItem
 from infrarsi.verifier import speed
 from infrarsi.verifier.judge import judge, window_mean_step_time, window_step_times
@@ -71,7 +81,7 @@ def _index(u: dict[str, Any]) -> int:
 
 def build_ingest(trial: TrialRecord, exec_outcome: str, exec_reason: str, start: float | None,
                  end: float | None, master_key: bytes, references: list[Receipt], spec: JudgeSpec,
-                 devices: int, capacity_gib: float,
+                 devices: int, capacity_gib: float | None,
                  max_receipt_bytes: int = MAX_RECEIPT_BYTES) -> tuple[Ingest, Receipt | None]:
     """Verify and summarise one finished trial.
 
@@ -102,8 +112,9 @@ def build_ingest(trial: TrialRecord, exec_outcome: str, exec_reason: str, start:
                           verdicts=_verdict_items(v), first_failed_layer="L0", gpu_seconds=wall * devices,
                           details={"receipt_bytes": size}, **base), None
     if raw is None:
-        reason = exec_reason or "the job produced no receipt"
-        return Ingest(outcome=exec_outcome if exec_outcome != "ok" else "crash", reason=reason, receipt_raw=None,
+        outcome0 = exec_outcome if exec_outcome != "ok" else "crash"
+        reason = failure_reason(out, outcome0, exec_reason or "the job produced no receipt")
+        return Ingest(outcome=outcome0, reason=reason, receipt_raw=None,
                       signature_ok=False, gpu_seconds=wall * devices, **base), None
     try:
         receipt = load_receipt(raw, master_key, trial.trial_key, max_bytes=max_receipt_bytes)
@@ -136,14 +147,15 @@ def build_ingest(trial: TrialRecord, exec_outcome: str, exec_reason: str, start:
                       peak_mem_gib=peak, accepted=False, first_failed_layer=verdict.first_failed_layer or "L1",
                       details=details, gpu_seconds=gpu_seconds, **base), receipt
     if outcome == "oom":
-        oom = receipt.wrapper.get("oom") or {}
-        req, free = oom.get("requested_gib"), oom.get("free_gib")
-        shortfall = max(0.0, float(req) - float(free or 0.0)) if req is not None else 0.0
-        return Ingest(outcome="oom", reason=_first_error(receipt) or "out of memory", receipt_raw=raw,
+        shortfall, reason, details["oom"] = oom_facts(receipt, out, peak, capacity_gib)
+        return Ingest(outcome="oom", reason=reason, receipt_raw=raw,
                       signature_ok=True, censor_kind="oom", oom_shortfall_gib=shortfall, peak_mem_gib=peak,
                       details=details, gpu_seconds=gpu_seconds, **base), receipt
     if outcome != "ok":
-        reason = _first_error(receipt) or exec_reason or f"exit code {receipt.wrapper.get('exit_code')}"
+        errs = [e for e in receipt.wrapper.get("errors") or [] if isinstance(e, dict) and e.get("kind") != "traceback"]
+        fallback = (str(errs[0].get("line", ""))[:300] if errs else "") or exec_reason or \
+            f"exit code {receipt.wrapper.get('exit_code')}"
+        reason = failure_reason(out, outcome, fallback)
         return Ingest(outcome=outcome, reason=reason, receipt_raw=raw, signature_ok=True, peak_mem_gib=peak,
                       details=details, gpu_seconds=gpu_seconds, **base), receipt
     times = window_step_times(receipt, spec.window)
@@ -155,7 +167,7 @@ def build_ingest(trial: TrialRecord, exec_outcome: str, exec_reason: str, start:
     except speed.SpeedError:
         pass
     loss = window_loss(receipt, spec.window)
-    kind = "near_cap" if peak is not None and peak > 0.97 * capacity_gib else "exact"
+    kind = "near_cap" if peak is not None and capacity_gib and peak > 0.97 * capacity_gib else "exact"
     if trial.stage == "reference" or not references:
         return Ingest(outcome="ok", reason="reference run completed", receipt_raw=raw, signature_ok=True,
                       step_time_s=step, peak_mem_gib=peak, censor_kind=kind, loss_window_mean=loss, accepted=True,
@@ -171,6 +183,77 @@ def build_ingest(trial: TrialRecord, exec_outcome: str, exec_reason: str, start:
     ), receipt
 
 
-def _first_error(receipt: Receipt) -> str:
-    errs = receipt.wrapper.get("errors") or []
+def _first_error(receipt: Receipt, kind: str | None = None) -> str:
+    """The first error line the wrapper recorded (of ``kind`` when given), cut to 300 characters."""
+    errs = [e for e in receipt.wrapper.get("errors") or [] if isinstance(e, dict)
+            and (kind is None or e.get("kind") == kind)]
     return str(errs[0].get("line", ""))[:300] if errs else ""
+
+
+def log_path(out: Path) -> Path | None:
+    """The job's log in ``out`` (the wrapper's ``job.log``, else a Slurm ``slurm-<job>.out``), or None."""
+    if (out / LOG_NAME).is_file():
+        return out / LOG_NAME
+    slurm = sorted(out.glob("slurm-*.out"))
+    return slurm[-1] if slurm else None
+
+
+def _log_text(out: Path) -> str:
+    return log_tail([*sorted(out.glob("slurm-*.out")), out / LOG_NAME])
+
+
+def _with_log(reason: str, out: Path) -> str:
+    path = log_path(out)
+    return f"{reason} (log: {path})" if path is not None else reason
+
+
+def failure_reason(out: Path, outcome: str, fallback: str) -> str:
+    """One readable line for a failed (crash/timeout) trial: the script's own exception line when its log has
+    one (a crash), else ``fallback`` (the executor's or receipt's reason) with the log's last line; then the
+    log's path.  Cancelled trials keep ``fallback``."""
+    if outcome == "cancelled":
+        return fallback
+    text = _log_text(out)
+    exc = exception_line(text) if outcome == "crash" else None
+    if exc:
+        reason = exc
+    else:
+        last = last_log_line(text)
+        reason = f"{fallback}; last log line: {last}" if last and last not in fallback else fallback
+    return _with_log(reason, out)
+
+
+def oom_facts(receipt: Receipt, out: Path, peak: float | None,
+              capacity_gib: float | None) -> tuple[float, str, dict[str, Any]]:
+    """``(shortfall_gib, reason, facts)`` of an out-of-memory trial.
+
+    The allocator's message (the job log's last out-of-memory line, else the wrapper's recorded one) gives the
+    request, what the process held and its own cap (``N GiB allowed``); the cap is that, else ``capacity_gib``
+    (the contract's ``memory_cap_gib``).  ``shortfall = max(0, held + requested - cap)``; 0.0 when the message
+    does not say enough (the memory model then learns only "more than the cap")."""
+    text = _log_text(out)
+    oom_lines = [ln for ln in text.splitlines() if "out of memory" in ln.lower() or "OutOfMemoryError" in ln]
+    line = oom_lines[-1] if oom_lines else _first_error(receipt, "oom")
+    detail = parse_oom_detail(line)
+    w = receipt.wrapper.get("oom") if isinstance(receipt.wrapper.get("oom"), dict) else {}
+    if "requested_gib" not in detail and isinstance(num(w.get("requested_gib")), float) \
+            and math.isfinite(num(w.get("requested_gib"))):
+        detail["requested_gib"] = num(w.get("requested_gib"))
+    need, cap, source = oom_need(detail, peak)
+    if cap is None and capacity_gib:
+        cap, source = float(capacity_gib), "contract memory_cap_gib"
+    elif source == "process":
+        source = "the process's own cap"
+    shortfall = max(0.0, need - cap) if (need is not None and cap is not None) else 0.0
+    facts: dict[str, Any] = {**{k: round(v, 4) for k, v in detail.items()}, "need_gib": need, "cap_gib": cap,
+                             "cap_source": source or None, "shortfall_gib": shortfall}
+    req = detail.get("requested_gib")
+    if need is not None and cap is not None:
+        reason = (f"out of memory: needed {need:.2f} GiB (held {need - (req or 0.0):.2f} + requested "
+                  f"{req or 0.0:.2f}) against {source} of {cap:.2f} GiB, short by {shortfall:.2f} GiB")
+    elif req is not None:
+        reason = f"out of memory: tried to allocate {req:.2f} GiB" + (f" (cap {cap:.2f} GiB, {source})" if cap else "")
+    else:
+        exc = exception_line(text)
+        reason = f"out of memory: {exc}" if exc else "out of memory"
+    return shortfall, _with_log(reason, out), facts

@@ -1,16 +1,23 @@
 """``infrarsi campaign list|show|status|watch|cancel``.
 
+``campaign show`` names each trial by its directory (``trials/<dir>/`` under the campaign's workdir: the first 16
+characters of the trial key, the same id the trial directories carry) beside the scheduler's job id, and gives each
+failed trial's readable reason (its log is ``trials/<dir>/out/job.log``).
+
 Who may do what is decided by the database (``docs/admin.md``): on PostgreSQL a researcher lists, shows and
 cancels only their own campaigns (row-level security); another user's campaign reads as ``no campaign N``.
 """
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 import click
 
+from infrarsi.controller.campaign.trialspec import trial_dirs
 from infrarsi.controller.cli.output import emit, emit_obj
 from infrarsi.controller.contract.launch import config_string
 from infrarsi.controller.contract.model import Contract
@@ -77,14 +84,28 @@ def show(campaign_id: int, as_json: bool) -> None:
     if not as_json:
         obs = store.observations(c.id)  # type: ignore[attr-defined]
         contract = _contract_or_none(c)
-        rows = [{"seq": t.seq, "stage": t.stage, "status": t.status, "outcome": t.outcome, "job": t.job_id,
+        rows = [{"seq": t.seq, "dir": trial_dir_name(t.trial_key), "stage": t.stage, "status": t.status,
+                 "outcome": t.outcome, "job": t.job_id,
                  "ms": (obs[t.id].step_time_s * 1000) if t.id in obs and obs[t.id].step_time_s else None,
                  "knobs": (config_string(contract, t.config, ",") if contract is not None
                            else ",".join(f"{k}={v}" for k, v in sorted(t.config.items()))),
-                 "patches": "+".join(t.patches), "reason": (t.reason or "")[:60]}
+                 "patches": "+".join(t.patches), "reason": short_reason(t.reason)}
                 for t in store.list_trials(c.id)]  # type: ignore[attr-defined]
         click.echo("")
         emit(rows)
+        if rows:
+            click.echo(f"\ntrial files: {c.workdir}/trials/<dir>/out/ (job.log, receipt.json)")
+
+
+def trial_dir_name(trial_key: str) -> str:
+    """The trial's directory name under ``<workdir>/trials/`` (see ``campaign.trialspec.trial_dirs``)."""
+    return trial_dirs(Path("/"), trial_key)[0].parent.name
+
+
+def short_reason(reason: str | None, limit: int = 120) -> str:
+    """A trial's reason for a table cell: the log path dropped (the DIR column names it), cut to ``limit``."""
+    r = re.sub(r" \(log: [^)]*\)$", "", reason or "")
+    return r if len(r) <= limit else r[:limit - 3] + "..."
 
 
 @campaign.command("status")

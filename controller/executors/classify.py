@@ -1,6 +1,10 @@
 """Outcome classification of a finished trial: the receipt first, then the
 backend's state, then the job's logs -- never the backend state alone.
 
+Also the readable failure facts read from a job's log: :func:`exception_line` (the script's own
+``ValueError: bad value``, not a launcher's traceback) and :func:`parse_oom_detail` (what a PyTorch
+out-of-memory message says about the process's own cap).
+
 The receipt is read as *unverified* JSON (executors do not hold the master
 key); the campaign engine verifies the signature later.  Shape used (written
 by ``infrarsi.verifier.exec``): ``{"wrapper": {"exit_code", "signal", "timed_out",
@@ -139,3 +143,118 @@ def classify(
     code = f"exit {exit_code}" + (f" signal {signal}" if signal else "") if exit_code is not None or signal else "exit unknown"
     return Classification("crash", f"no receipt: the wrapper never wrote {RECEIPT_HINT} (state {state or '?'}, {code})", exit_code, signal)
 
+
+
+# ------------------------------------------------------------------ readable failure facts
+#: prefixes launchers put before a worker's lines: ``[rank0]: ``, ``[default0]:``, srun --label ``0: ``
+_RANK_PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s?|\d+:\s)")
+_TB_START = "Traceback (most recent call last):"
+#: an exception's last line: a (dotted) type name, then ``: message`` or nothing
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
+#: exceptions raised by launchers about a child that failed: the child's own error is the one to report
+_LAUNCHER_EXC = re.compile(r"(^|\.)(ChildFailedError|SignalException|CalledProcessError)$|^torch\.distributed\.elastic\.")
+MAX_REASON_LINE = 240
+
+
+def _strip_prefix(line: str) -> str:
+    return _RANK_PREFIX.sub("", line.rstrip("\r"), count=1)
+
+
+def _exceptions(log_text: str) -> list[str]:
+    """Every traceback's final ``Type: message`` line in ``log_text``, in order (rank prefixes removed)."""
+    lines = [_strip_prefix(x) for x in log_text.splitlines()]
+    found: list[str] = []
+    i = 0
+    while i < len(lines):
+        if lines[i].strip() != _TB_START:
+            i += 1
+            continue
+        j = i + 1
+        # frames are indented ("  File ...", "    code", "    ^^^^"); the first unindented line ends them
+        while j < len(lines) and (not lines[j].strip() or lines[j][:1] in (" ", "\t")):
+            j += 1
+        if j < len(lines) and lines[j].strip() != _TB_START:
+            m = _EXC_LINE.match(lines[j].strip())
+            if m:
+                found.append(lines[j].strip())
+        i = j
+    return found
+
+
+def exception_line(log_text: str) -> str | None:
+    """The failing script's own exception line (``ValueError: bad value``) from a job log, or None.
+
+    The last traceback's final line wins, except that a launcher's exception about a failed child
+    (torchrun's ``ChildFailedError``, ``subprocess.CalledProcessError``) gives way to the last exception
+    printed before it (the worker's own).  Per-rank prefixes (``[rank0]: ``) are removed; the line is cut at
+    :data:`MAX_REASON_LINE` characters."""
+    excs = _exceptions(log_text)
+    own = [e for e in excs if not _LAUNCHER_EXC.search(_EXC_LINE.match(e).group(1))]  # type: ignore[union-attr]
+    pick = own[-1] if own else (excs[-1] if excs else None)
+    if pick is None:
+        return None
+    return pick if len(pick) <= MAX_REASON_LINE else pick[:MAX_REASON_LINE - 3] + "..."
+
+
+def last_log_line(log_text: str) -> str | None:
+    """The last non-empty line of a log (prefix removed, cut to :data:`MAX_REASON_LINE`), or None."""
+    for raw in reversed(log_text.splitlines()):
+        line = _strip_prefix(raw).strip()
+        if line:
+            return line if len(line) <= MAX_REASON_LINE else line[:MAX_REASON_LINE - 3] + "..."
+    return None
+
+
+_SIZE = r"([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B|bytes)"
+_OOM_FIELDS: dict[str, re.Pattern[str]] = {
+    "requested_gib": re.compile(r"Tried to allocate\s+" + _SIZE, re.I),
+    "allowed_gib": re.compile(_SIZE + r"\s+allowed", re.I),
+    "in_use_gib": re.compile(r"this process has\s+" + _SIZE + r"\s+memory in use|" + _SIZE + r"\s+already allocated",
+                             re.I),
+    "reserved_gib": re.compile(_SIZE + r"\s+reserved in total by PyTorch", re.I),
+    "allocated_gib": re.compile(r"Of the allocated memory\s+" + _SIZE + r"\s+is allocated by PyTorch", re.I),
+    "unallocated_gib": re.compile(_SIZE + r"\s+is reserved by PyTorch but unallocated", re.I),
+    "free_gib": re.compile(r"(?:of which|;)\s*" + _SIZE + r"\s+(?:is\s+)?free", re.I),
+    "total_gib": re.compile(r"total capacity of\s+" + _SIZE + r"|" + _SIZE + r"\s+total capacity", re.I),
+}
+_UNIT_GIB = {"K": 2.0 ** -20, "M": 2.0 ** -10, "G": 1.0, "T": 2.0 ** 10, "b": 2.0 ** -30}
+
+
+def _gib(m: re.Match[str]) -> float:
+    groups = [g for g in m.groups() if g is not None]
+    return float(groups[0]) * _UNIT_GIB[groups[1][0]]
+
+
+def parse_oom_detail(line: str) -> dict[str, float]:
+    """What a PyTorch CUDA out-of-memory message states, in GiB: ``requested_gib``, ``allowed_gib`` (the
+    per-process cap of ``torch.cuda.set_per_process_memory_fraction``: ``"40.00 GiB allowed"``),
+    ``in_use_gib`` (the process's memory in use), ``reserved_gib`` (held by PyTorch's allocator, which is what
+    the per-process cap limits), ``free_gib`` and ``total_gib`` (the whole GPU).  Absent facts are left out."""
+    out: dict[str, float] = {}
+    for key, pat in _OOM_FIELDS.items():
+        m = pat.search(line)
+        if m:
+            out[key] = _gib(m)
+    if "reserved_gib" not in out and "allocated_gib" in out:
+        out["reserved_gib"] = out["allocated_gib"] + out.get("unallocated_gib", 0.0)
+    out.pop("allocated_gib", None)
+    out.pop("unallocated_gib", None)
+    return out
+
+
+def oom_need(detail: dict[str, float], peak_gib: float | None = None) -> tuple[float | None, float | None, str]:
+    """``(need_gib, cap_gib, cap_source)`` of an out-of-memory failure.
+
+    ``need_gib`` is what the process would have held had the allocation succeeded plus the request: under a
+    per-process cap what its allocator held (``reserved_gib``, which the cap limits), otherwise all the memory it
+    had in use (``in_use_gib``, CUDA context included), else the job's last reported peak.
+    ``cap_gib`` is the process's own cap when the message states one (``allowed_gib``; source ``"process"``),
+    else None (the caller uses the contract's ``memory_cap_gib``).  Never the whole GPU's free memory: under a
+    per-process cap the GPU may have 99 GiB free and the process still be out of memory."""
+    req = detail.get("requested_gib")
+    capped = "allowed_gib" in detail
+    # the per-process cap limits what the allocator reserves; a device-wide limit counts everything in use
+    order = ("reserved_gib", "in_use_gib") if capped else ("in_use_gib", "reserved_gib")
+    held = next((detail[k] for k in order if k in detail), peak_gib)
+    need = (held + req) if (held is not None and req is not None) else None
+    return need, (detail["allowed_gib"] if capped else None), ("process" if capped else "")
