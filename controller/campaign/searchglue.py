@@ -19,12 +19,17 @@ from infrarsi.controller.store.records import ObservationRecord, TrialRecord
 from infrarsi.surrogate.noise import calibrate
 
 
-def search_space(contract: Contract, patches: Sequence[str]) -> SearchSpace:
-    """The searched knobs (derived knobs excluded; legality through the contract's couplings) and patches."""
+def search_space(contract: Contract, patches: Sequence[str],
+                 proposed: Sequence[dict[str, Any]] | None = None) -> SearchSpace:
+    """The searched knobs (derived knobs excluded; legality through the contract's couplings) and patches.
+
+    ``proposed``: proposer priors frozen in the doctor record (``{"knob", "value", "mean", "spread",
+    "mem_delta_gib"}``, see :mod:`infrarsi.controller.campaign.proposing`); they fill in values the contract's own
+    priors leave open (the contract wins), and enter the same flooring and empirical-Bayes revision."""
     derived = contract.derived_knobs
     knobs = tuple(
         KnobSpec(name=k.name, values=tuple(k.values), reference=k.reference, ordered=k.kind == "ordered",
-                 mechanism=k.mechanism, **knob_priors(k))
+                 mechanism=k.mechanism, **_with_proposed(knob_priors(k), k.name, proposed or ()))
         for k in contract.knobs if k.name not in derived
     )
     return SearchSpace(knobs=knobs, patches=tuple(sorted(patches)), is_legal=lambda cfg: is_legal(contract, cfg))
@@ -37,6 +42,33 @@ def knob_priors(knob: Knob) -> dict[str, Any]:
     mem = {p.value: float(p.memory_gib) for p in knob.priors if p.memory_gib is not None}
     spreads = [float(p.spread) for p in knob.priors if p.spread is not None]
     return {"prior_mean": mean or None, "prior_sd": max(spreads) if spreads else None, "mem_prior_gib": mem or None}
+
+
+def _with_proposed(stated: dict[str, Any], knob: str, proposed: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``stated`` (the contract's KnobSpec prior keywords) completed with proposer priors for ``knob``."""
+    rows = [r for r in proposed if r.get("knob") == knob]
+    if not rows:
+        return stated
+    mean = dict(stated["prior_mean"] or {})
+    mem = dict(stated["mem_prior_gib"] or {})
+    spreads = [stated["prior_sd"]] if stated["prior_sd"] is not None else []
+    for r in rows:
+        if r["value"] not in mean:
+            mean[r["value"]] = float(r["mean"])
+            spreads.append(float(r["spread"]))
+        if r.get("mem_delta_gib") is not None and r["value"] not in mem:
+            mem[r["value"]] = float(r["mem_delta_gib"])
+    return {"prior_mean": mean or None, "prior_sd": max(spreads) if spreads else None, "mem_prior_gib": mem or None}
+
+
+def patch_priors(scope: dict[str, Any]) -> dict[str, float]:
+    """Prior log-gain input per proposed patch (the proposer's claim, capped; the controller shrinks it by
+    ``patch_kappa``), from the scope's ``patch_provenance``."""
+    out = {}
+    for name, p in (scope.get("patch_provenance") or {}).items():
+        if name in (scope.get("patches") or {}) and p.get("prior_input") is not None:
+            out[name] = float(p["prior_input"])
+    return out
 
 
 def free_config(contract: Contract, config: dict[str, Any]) -> dict[str, Any]:
@@ -75,8 +107,10 @@ def rebuild_controller(contract: Contract, scope: dict[str, Any], doctor: dict[s
                        trials: Sequence[TrialRecord], observations: dict[int, ObservationRecord],
                        experience: list[dict] | None = None) -> SearchController:
     """A SearchController with every ingested search trial told, in ingestion (observation id) order."""
-    space = search_space(contract, list(scope.get("patches", {})))
+    space = search_space(contract, list(scope.get("patches", {})), doctor.get("proposer_priors"))
     tuning: dict[str, Any] = {}
+    if patch_priors(scope):
+        tuning["patch_priors"] = patch_priors(scope)
     if doctor.get("reference_peak_mem_gib") is not None:
         tuning["reference_peak_mem_gib"] = float(doctor["reference_peak_mem_gib"])
     ctrl = SearchController(space, noise_from_doctor(doctor), float(doctor["t0"]), contract.search_capacity_gib,

@@ -395,6 +395,29 @@ class SearchController:
         """Promote the fastest re-run candidate whose paired speedup clears the noise margin, else 1.00x."""
         return decide_promotion(reruns, self.noise, search_evidence(self.history))
 
+    def patch_request(self, busy: Sequence[Candidate] = ()) -> str | None:
+        """Why proposers should be asked for new source patches now, or None (paper 4.3).
+
+        ``"upside"``: the configuration proposals' two-sigma upside is below the gate max(0.02, 2 sigma_pair) and
+        every patch of the space has been tried (the search has nothing left that could still clear the noise).
+        ``"stack"``: two or more individually verified patches failed to apply together (a patch conflict), so a
+        proposer may complete them into one stack.  Pure in the history and ``busy``; never mutates.
+        """
+        if self.conflicting_stacks():
+            return "stack"
+        if proposals.untested_patches(self, set(busy)):
+            return None
+        return "upside" if proposals.config_upside(self) < self.gate else None
+
+    def conflicting_stacks(self) -> list[frozenset[str]]:
+        """Sets of individually verified patches whose stack failed to apply (oldest first, no repeats)."""
+        out: list[frozenset[str]] = []
+        for c, o in self.history:
+            if o.status == "crash" and "patch conflict" in (o.reason or "") and len(c.patches) >= 2 \
+                    and c.patches <= self.ledger.verified_patches and c.patches not in out:
+                out.append(c.patches)
+        return out
+
     def state_summary(self) -> dict:
         coef, csd = self.time.coef()
         return {

@@ -335,6 +335,25 @@ def _patch_ops(ctrl: "SearchController", upside_low: bool,
         yield "patch", Candidate(inc.config, inc.patches | {p})
 
 
+def config_upside(ctrl: "SearchController") -> float:
+    """Two-sigma upside of the configuration proposals over the incumbent: the largest ``mu + 2 sd`` of a likely
+    feasible configuration (incumbent's patches, at least one knob away) minus the incumbent's log-speedup.
+    The same quantity :func:`propose` compares with the gate (paper 4.3); deterministic in the history."""
+    pool = ctrl.pool
+    rows = pool.rows(np.random.default_rng([ctrl.seed, len(ctrl.history), 0]))
+    inc = ctrl.incumbent
+    _, mu, sd, p = pool.score(rows, inc.patches)
+    dist = (rows != pool.row_of(inc)).sum(axis=1)
+    ok = p >= float(ctrl.tune["min_p_feasible"])
+    return float(np.max(np.where(ok & (dist > 0), mu + 2 * sd, -np.inf), initial=-np.inf)) - ctrl.incumbent_y
+
+
+def untested_patches(ctrl: "SearchController", busy: set[Candidate] = frozenset()) -> list[str]:
+    """Patches of the space not yet tried (told, outstanding or busy) and not banned."""
+    tried = {s[1] for s in _tried(ctrl, busy) if s[0] == PATCH}
+    return [p for p in ctrl.space.patches if p not in tried and p not in ctrl.ledger.banned_patches]
+
+
 def _class(ctrl: "SearchController", c: Candidate, big: list[str]) -> tuple:
     return tuple(str(c.value(k)) for k in big)
 
