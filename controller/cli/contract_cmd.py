@@ -1,4 +1,4 @@
-"""``infrarsi contract check|schema``.
+"""``infrarsi contract check|schema|reference|scaffold``.
 
 ``check`` prints every problem as ``file:line field: message`` on stdout (one line each) and, when there is any,
 one summary line ``infrarsi: error: ...`` on stderr and exit status 1.  No input makes it print a traceback.
@@ -54,6 +54,14 @@ def check(files: tuple[str, ...], as_json: bool) -> None:
         noun = "problem" if total == 1 else "problems"
         click.echo(f"infrarsi: error: {total} {noun} in {where}", err=True)
         sys.exit(1)
+
+
+@contract.command("reference")
+def reference() -> None:
+    """Print the contract reference in Markdown (docs/contract.md is this output)."""
+    from infrarsi.controller.contract.reference import render_reference
+
+    click.echo(render_reference(), nl=False)
 
 
 @contract.command("schema")

@@ -307,6 +307,14 @@ def normalize(knob_name: str, mechanism_field: str | None, value: Any,
     return mech, canonical_value(mech, value, canonical_map)
 
 
+def mechanism_for(knob_name: str, mechanism_field: str | None) -> str:
+    """The mechanism an experience record of this knob is filed under: :func:`normalize`'s mechanism, else the knob
+    name itself (lower-case, ``_``) as an uncatalogued mechanism (class ``balance``), so no record is dropped and
+    same-named knobs of contracts without a mechanism still share records."""
+    mech, _ = normalize(knob_name, mechanism_field, None)
+    return mech if mech is not None else _key(knob_name)
+
+
 #: profiled phase names that a knob's ``mechanism`` field may name for the phase-headroom ceiling
 #: (search/controller.py); they say where time goes, not which mechanism, so they never key experience
 PHASE_NAMES: frozenset[str] = frozenset({"forward", "backward", "optimizer", "dataloader", "data", "collectives",

@@ -224,6 +224,85 @@ class Experience(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
+class ExpEnvironment(Base):
+    """Experience protocol (migration 0005): one distinct environment, keyed by its content digest
+    (:class:`infrarsi.controller.experience.records.Environment`)."""
+
+    __tablename__ = "exp_environments"
+    __table_args__ = (UniqueConstraint("digest", name="uq_exp_environments_digest"),
+                      Index("ix_exp_environments_family", "framework", "model_family"),
+                      Index("ix_exp_environments_sku", "gpu_sku"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    gpu_sku: Mapped[str] = mapped_column(String(100))
+    gpu_mem_gib: Mapped[float | None] = mapped_column(Float, nullable=True)
+    peak_tflops: Mapped[float | None] = mapped_column(Float, nullable=True)
+    bandwidth_gbs: Mapped[float | None] = mapped_column(Float, nullable=True)
+    gpus_per_node: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    nodes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    interconnect: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    software: Mapped[dict] = mapped_column(JSON, default=dict)
+    framework: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    model_family: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    params: Mapped[float | None] = mapped_column(Float, nullable=True)
+    seq_len: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    parallel: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    reference_state: Mapped[dict] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ExpObservation(Base):
+    """Experience protocol (migration 0005): one normalized measured configuration, unique per (campaign, trial)."""
+
+    __tablename__ = "exp_observations"
+    __table_args__ = (UniqueConstraint("campaign", "trial", name="uq_exp_observations_key"),
+                      Index("ix_exp_observations_campaign", "campaign_id"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    environment_id: Mapped[int] = mapped_column(ForeignKey("exp_environments.id"))
+    campaign_id: Mapped[int | None] = mapped_column(ForeignKey("campaigns.id"), nullable=True)
+    campaign: Mapped[str] = mapped_column(String(200))
+    trial: Mapped[str] = mapped_column(String(200))
+    config: Mapped[dict] = mapped_column(JSON, default=dict)
+    canonical: Mapped[dict] = mapped_column(JSON, default=dict)
+    patches: Mapped[list] = mapped_column(JSON, default=list)
+    step_time_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    peak_mem_gib: Mapped[float | None] = mapped_column(Float, nullable=True)
+    verdicts: Mapped[dict] = mapped_column(JSON, default=dict)
+    oom_shortfall_gib: Mapped[float | None] = mapped_column(Float, nullable=True)
+    conflicts: Mapped[list] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ExpEffect(Base):
+    """Experience protocol (migration 0005): one verified, noise-gated effect; (campaign, trial, mechanism, value)
+    is unique so that write-back is idempotent."""
+
+    __tablename__ = "exp_effects"
+    __table_args__ = (UniqueConstraint("campaign", "trial", "mechanism", "value", name="uq_exp_effects_key"),
+                      Index("ix_exp_effects_mechanism", "mechanism", "value"),
+                      Index("ix_exp_effects_campaign", "campaign_id"),
+                      Index("ix_exp_effects_environment", "environment_id"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    environment_id: Mapped[int] = mapped_column(ForeignKey("exp_environments.id"))
+    campaign_id: Mapped[int | None] = mapped_column(ForeignKey("campaigns.id"), nullable=True)
+    campaign: Mapped[str] = mapped_column(String(200))
+    trial: Mapped[str] = mapped_column(String(200))
+    mechanism: Mapped[str] = mapped_column(String(100))
+    value: Mapped[str] = mapped_column(String(200))
+    klass: Mapped[str] = mapped_column(String(20))
+    log_speedup: Mapped[float] = mapped_column(Float)
+    noise_floor: Mapped[float | None] = mapped_column(Float, nullable=True)
+    conditioning: Mapped[dict] = mapped_column(JSON, default=dict)
+    tier: Mapped[str] = mapped_column(String(40))
+    knob: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    raw_value: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    mem_delta_gib: Mapped[float | None] = mapped_column(Float, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
 class LeaderLease(Base):
     """A named lease with a fencing token (migration 0003).  ``expires_at`` is database-clock unix seconds;
     ``token`` only increases, once per acquisition (see :mod:`infrarsi.controller.store.lease`)."""
