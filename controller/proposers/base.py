@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 from infrarsi.controller.errors import PatchError, one_line
-from infrarsi.controller.proposers.schema import PatchProposal, Proposal
+from infrarsi.controller.proposers.schema import KnobPrior, PatchProposal, Proposal, match_value
 
 if TYPE_CHECKING:
     from infrarsi.controller.contract.model import Contract
@@ -155,6 +155,45 @@ def validate_patches(patches: list[PatchProposal], rules: PatchRules, label: str
     return good, bad
 
 
+def validate_priors(priors: list[KnobPrior], knobs: list[Any]) -> tuple[list[KnobPrior], list[tuple[str, str]]]:
+    """Split ``priors`` into those naming a contract knob and one of its values (``schema.match_value``) and
+    (label, reason) for the rest.  With no ``knobs`` known every prior passes."""
+    if not knobs:
+        return list(priors), []
+    by_name = {k.name: k for k in knobs}
+    good: list[KnobPrior] = []
+    bad: list[tuple[str, str]] = []
+    for p in priors:
+        label = f"prior {p.knob}={p.value}"
+        knob = by_name.get(p.knob)
+        if knob is None:
+            bad.append((label, f"unknown knob '{p.knob}'"))
+        elif match_value(list(knob.values), p.value) is None:
+            bad.append((label, f"'{p.value}' is not a value of knob '{p.knob}'"))
+        else:
+            good.append(p)
+    return good, bad
+
+
+def finish(proposer: "Proposer", proposal: Proposal, *, rules: PatchRules, knobs: list[Any], digest: str,
+           **extra: Any) -> ProposerOutcome:
+    """Validate a parsed ``proposal`` (priors against ``knobs``, patches against ``rules``) into an outcome:
+    ok when anything usable is left, else ok=False naming the first reason."""
+    priors, bad_priors = validate_priors(list(proposal.priors), knobs)
+    patches, bad_patches = validate_patches(list(proposal.patches), rules, proposer.name)
+    dropped = tuple(bad_priors + bad_patches)
+    kept = Proposal(priors=priors, patches=patches)
+    if proposal.empty:
+        return proposer.failed("answer holds no priors and no patches", digest, **extra)
+    if kept.empty:
+        n = len(proposal.priors) + len(proposal.patches)
+        return proposer.failed(f"all {n} proposed items refused; first: {dropped[0][1]}", digest,
+                               dropped=dropped, **extra)
+    reason = f"{len(dropped)} proposed items refused; first: {dropped[0][1]}" if dropped else ""
+    return ProposerOutcome(proposer=proposer.name, kind=proposer.kind, model=proposer.model, ok=True,
+                           reason=one_line(reason), proposal=kept, prompt_digest=digest, dropped=dropped, **extra)
+
+
 class Proposer(ABC):
     """A source of priors and/or patches.  Subclasses set ``name`` and ``kind`` and implement :meth:`propose`."""
 
@@ -168,6 +207,10 @@ class Proposer(ABC):
     @abstractmethod
     def propose(self, ctx: PromptContext) -> ProposerOutcome:
         """Answer one request.  Never raises for bad output or a failing backend (ok=False, one-line reason)."""
+
+    def seed_spent(self, tokens: int, usd: float) -> None:
+        """Tell the proposer what earlier requests of this campaign already spent (from the ledger), so its
+        budget holds across restarts.  No-op for proposers without a budget."""
 
     def failed(self, reason: object, digest: str = "", **extra: Any) -> ProposerOutcome:
         """A failed outcome with ``reason`` cut to one line."""
@@ -197,10 +240,11 @@ def build_proposers(spec: "ProposersSpec", *, contract: "Contract", repo: Path, 
         elif e.kind == "catalog":
             out.append(CatalogProposer(e, contract=contract))
         elif e.kind == "llm":
-            out.append(LlmProposer(e, rules=rules, prompt_chars=spec.prompt_chars, environ=environ))
+            out.append(LlmProposer(e, rules=rules, knobs=list(contract.knobs), prompt_chars=spec.prompt_chars,
+                                   environ=environ))
         elif e.kind == "agent":
-            out.append(AgentProposer(e, rules=rules, workdir=Path(workdir), prompt_chars=spec.prompt_chars,
-                                     isolation=isolation, environ=environ))
+            out.append(AgentProposer(e, rules=rules, knobs=list(contract.knobs), workdir=Path(workdir),
+                                     prompt_chars=spec.prompt_chars, isolation=isolation, environ=environ))
         else:  # pragma: no cover - the union is closed
             raise ValueError(f"unknown proposer kind '{e.kind}'")
     return out

@@ -1,7 +1,9 @@
 """What a proposer returns, validated with pydantic before anything uses it (strict: unknown fields are errors).
 
 * :class:`KnobPrior` -- a quantitative prior for one knob value: the mean log-speedup it is expected to give over
-  the reference value, its spread (one standard deviation, > 0) and optionally the peak memory in GiB.  Values are
+  the reference value, its spread (one standard deviation, > 0) and optionally ``mem_gib``, the change of peak
+  memory per GPU in GiB against the reference value (negative saves memory; the contract's ``Knob.priors``
+  ``memory_gib`` means the same).  Values are
   given in their string form (``"true"``, ``"8"``, ``"bf16"``); :func:`match_value` finds the contract value a
   string names.
 * :class:`PatchProposal` -- a unified diff on editable files, a one-line rationale (<= 200 characters) and the
@@ -42,7 +44,7 @@ class KnobPrior(_Strict):
     value: str = Field(max_length=1000)
     mean_log_speedup: float = Field(ge=-MAX_LOG_SPEEDUP, le=MAX_LOG_SPEEDUP)
     spread: float = Field(gt=0, le=10.0)
-    mem_gib: float | None = Field(default=None, ge=0, le=1_000_000.0)
+    mem_gib: float | None = Field(default=None, ge=-1_000_000.0, le=1_000_000.0)
 
     @field_validator("mean_log_speedup", "spread", "mem_gib", mode="before")
     @classmethod
