@@ -1,0 +1,446 @@
+"""Retrieval and transfer of experience (issue 13, item 3; the paper's section 5).
+
+Pure functions on the frozen records of :mod:`.records`: nothing here touches the store or the ORM, so the search,
+``doctor`` and ``infrarsi bench transfer`` share one implementation.
+
+**Scope check** of a record measured in environment R for a target environment T (:func:`scope`):
+
+- the framework must match (a record from another framework is *incompatible* and discarded);
+- *covered* when the model family and the sequence-length bucket match and, for a ``balance`` mechanism, also the
+  GPU SKU, the node count, the GPUs per node, the fabric (interconnect), the parameter bucket and the parallel
+  layout;
+- *partial* otherwise.  A field unknown on either side never matches (legacy records are partial at best).
+
+**Distance** (:func:`distance`): ``d = [SKU differs] + [node count differs] + |ln(params_R / params_T)| +
+|ln(seq_R / seq_T)| + 0.25 x (reference-state mismatches)``, where the reference state of an effect is its
+environment's ``reference_state`` overridden by the effect's conditioning, compared mechanism by mechanism with
+the target's reference state (only where both name the mechanism).  An unknown parameter count or sequence length
+counts as :data:`UNKNOWN_TERM` (a factor of e).
+
+**Ranking**: coverage (covered before partial), then evidence tier (``verified-rerun`` first), then ``d``, then
+a deterministic tie-break.
+
+**Transfer into the search** (:func:`search_experience`): every retrieved effect of a target knob setting is read
+as a noisy measurement of that setting's effect here, with variance ``noise_floor^2 + (TAU_DISTANCE * d)^2``
+(plus ``TAU_PARTIAL^2`` when partial and ``TAU_LEGACY^2`` for legacy rows); the records' inverse-variance mean
+(with their spread added to its variance) is combined with the knob's own prior (stated, or 0 with the search's
+default SD) into the setting's prior mean and SD.  Records therefore only move priors: target observations
+always govern the posterior.  The same weighting gives the per-setting memory priors (GiB) from effects that
+measured a memory delta.  The best observation of the best-ranked source campaign drives the first of the three
+starts (settings of mechanisms the record does not cover stay at the reference), and minimal conflict tuples of
+covered observations become known conflicts (an OOM conflict only when the target has no more memory per GPU than
+the record).
+
+Modes: ``filtered`` (the scope check, distance and ranking) and ``all`` (every record of a matching mechanism as
+if covered at distance 0: the unfiltered baseline of ``infrarsi bench transfer``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Literal, Mapping, Sequence
+
+from infrarsi.controller.experience.mechanisms import mechanism_class, normalize, value_key
+from infrarsi.controller.experience.records import Effect, Environment, Observation, tier_rank
+
+Coverage = Literal["covered", "partial", "incompatible"]
+Grade = Literal["covered", "partial", "null", "unobserved"]
+Mode = Literal["filtered", "all"]
+MODES: tuple[str, ...] = ("filtered", "all")
+
+#: the order of coverage in rankings (higher first)
+COVERAGE_RANK: Mapping[str, int] = {"covered": 2, "partial": 1, "incompatible": 0}
+#: weight of one reference-state mismatch in the distance
+REF_STATE_WEIGHT = 0.25
+#: the distance term for a parameter count or sequence length unknown on either side
+UNKNOWN_TERM = 1.0
+#: prior SD (log-speedup) a record gains per unit of distance when read as a measurement of the target's effect
+TAU_DISTANCE = 0.15
+#: extra prior SD of a partial-scope record (it may not transfer at all)
+TAU_PARTIAL = 0.20
+#: extra prior SD of a legacy (pre-protocol) record
+TAU_LEGACY = 0.05
+#: noise floor assumed for a record that states none
+DEFAULT_NOISE_FLOOR = 0.02
+#: memory: SD (GiB) a memory delta gains per unit of distance, and for a partial record
+TAU_MEM_DISTANCE = 2.0
+TAU_MEM_PARTIAL = 4.0
+
+
+# ---------------------------------------------------------------------------------------------- target knobs
+@dataclass(frozen=True)
+class TargetKnob:
+    """One searched knob of the target, normalized onto the catalog.
+
+    ``mechanism`` is the catalog (or as-written) mechanism name, None when the knob maps onto none (its grade is
+    then ``null``: no record can describe it); ``canonical`` maps each value's :func:`value_key` to its canonical
+    value string.
+    """
+
+    name: str
+    values: tuple[Any, ...]
+    reference: Any
+    mechanism: str | None
+    klass: str
+    canonical: Mapping[str, str]
+
+    def canonical_of(self, value: Any) -> str:
+        """The canonical string of one of this knob's values."""
+        return self.canonical[value_key(value)]
+
+    def value_for(self, canonical: str) -> Any | None:
+        """This knob's value whose canonical form is ``canonical`` (the first in value order), else None."""
+        for v in self.values:
+            if self.canonical[value_key(v)] == canonical:
+                return v
+        return None
+
+    @property
+    def reference_canonical(self) -> str:
+        return self.canonical_of(self.reference)
+
+
+def target_knob(name: str, values: Sequence[Any], reference: Any, mechanism: str | None = None,
+                canonical: Mapping[Any, Any] | None = None) -> TargetKnob:
+    """Normalize one knob (contract knob or landscape dict fields) through :func:`.mechanisms.normalize`."""
+    mech = None
+    cmap: dict[str, str] = {}
+    for v in values:
+        m, c = normalize(name, mechanism, v, canonical)
+        mech = mech or m
+        cmap[value_key(v)] = c
+    return TargetKnob(name=name, values=tuple(values), reference=reference, mechanism=mech,
+                      klass=mechanism_class(mech) if mech else "balance", canonical=cmap)
+
+
+def target_knobs(knobs: Iterable[Any]) -> tuple[TargetKnob, ...]:
+    """TargetKnobs from contract :class:`Knob` models or landscape/contract dicts (name, values, reference and
+    optional mechanism, canonical)."""
+    out = []
+    for k in knobs:
+        get = (lambda key, default=None, _k=k: _k.get(key, default)) if isinstance(k, Mapping) else \
+            (lambda key, default=None, _k=k: getattr(_k, key, default))
+        out.append(target_knob(str(get("name")), list(get("values")), get("reference"), get("mechanism"),
+                               get("canonical")))
+    return tuple(out)
+
+
+def reference_state(knobs: Iterable[TargetKnob]) -> dict[str, str]:
+    """mechanism -> canonical value of the reference configuration (for :class:`Environment.reference_state`)."""
+    return {k.mechanism: k.reference_canonical for k in knobs if k.mechanism}
+
+
+# ---------------------------------------------------------------------------------------------- scope, distance
+def seq_bucket(seq_len: int | None) -> int | None:
+    """Power-of-two bucket of a sequence length: ceil(log2(seq_len)) (3000 and 4096 share bucket 12)."""
+    if not seq_len or seq_len <= 0:
+        return None
+    return int(math.ceil(math.log2(seq_len) - 1e-9))
+
+
+def param_bucket(params: float | None) -> int | None:
+    """Half-decade bucket of a parameter count: floor(2 log10(params)) (1e9-3.16e9, 3.16e9-1e10, ...)."""
+    if not params or params <= 0:
+        return None
+    return int(math.floor(2.0 * math.log10(params) + 1e-9))
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return False
+    if isinstance(a, str) and isinstance(b, str):
+        return a.strip().lower() == b.strip().lower()
+    return a == b
+
+
+def scope(record: Environment, target: Environment, klass: str) -> Coverage:
+    """Covered, partial or incompatible (see the module docstring)."""
+    if record.framework is not None and target.framework is not None and not _same(record.framework,
+                                                                                    target.framework):
+        return "incompatible"
+    if record.framework is None or target.framework is None:
+        return "partial"
+    covered = _same(record.model_family, target.model_family) and \
+        _same(seq_bucket(record.seq_len), seq_bucket(target.seq_len))
+    if covered and klass != "kernel":
+        covered = all(_same(a, b) for a, b in (
+            (record.gpu_sku, target.gpu_sku), (record.nodes, target.nodes),
+            (record.gpus_per_node, target.gpus_per_node), (record.interconnect, target.interconnect),
+            (param_bucket(record.params), param_bucket(target.params)), (record.parallel, target.parallel)))
+    return "covered" if covered else "partial"
+
+
+def _log_ratio(a: float | None, b: float | None) -> float:
+    if not a or not b or a <= 0 or b <= 0:
+        return UNKNOWN_TERM
+    return abs(math.log(float(a) / float(b)))
+
+
+def distance(record: Environment, target: Environment, conditioning: Mapping[str, str] | None = None) -> float:
+    """The paper's distance d between a record's environment (its reference state overridden by
+    ``conditioning``) and the target's."""
+    d = 0.0 if _same(record.gpu_sku, target.gpu_sku) else 1.0
+    d += 0.0 if _same(record.nodes, target.nodes) else 1.0
+    d += _log_ratio(record.params, target.params) + _log_ratio(record.seq_len, target.seq_len)
+    state = {**record.reference_state, **(conditioning or {})}
+    d += REF_STATE_WEIGHT * sum(1 for m, v in state.items()
+                                if m in target.reference_state and str(target.reference_state[m]) != str(v))
+    return d
+
+
+# ---------------------------------------------------------------------------------------------- retrieval
+@dataclass(frozen=True)
+class Retrieved:
+    """One effect mapped onto a target knob setting, with its coverage and distance."""
+
+    effect: Effect
+    knob: str
+    value: Any
+    coverage: Coverage
+    distance: float
+
+    def rank_key(self) -> tuple:
+        """Sort key: coverage, evidence tier, distance, then a deterministic tie-break."""
+        e = self.effect
+        return (-COVERAGE_RANK[self.coverage], -tier_rank(e.tier), self.distance, self.knob, value_key(self.value),
+                e.campaign, e.trial, e.id or 0)
+
+
+def _effect_env(effect: Effect, environments: Mapping[str, Environment] | None) -> Environment | None:
+    if effect.env is not None:
+        return effect.env
+    return (environments or {}).get(effect.environment)
+
+
+def retrieve(effects: Iterable[Effect], target: Environment, knobs: Sequence[TargetKnob], mode: Mode = "filtered",
+             environments: Mapping[str, Environment] | None = None) -> list[Retrieved]:
+    """Effects that describe a non-reference setting of a target knob, ranked; incompatible ones discarded.
+
+    An effect matches a knob with the same mechanism and a non-reference value of the same canonical value.
+    ``mode="all"`` keeps every such effect as covered at distance 0 (no scope check, no distance).  Effects
+    whose environment is unknown are treated as partial at distance :data:`UNKNOWN_TERM` x 2 in ``filtered``.
+    """
+    if mode not in MODES:
+        raise ValueError(f"retrieval mode {mode!r}: choose from {', '.join(MODES)}")
+    by_mech: dict[str, list[TargetKnob]] = {}
+    for k in knobs:
+        if k.mechanism:
+            by_mech.setdefault(k.mechanism, []).append(k)
+    out: list[Retrieved] = []
+    for e in effects:
+        for k in by_mech.get(e.mechanism, ()):
+            value = k.value_for(str(e.value))
+            if value is None or value == k.reference or str(e.value) == k.reference_canonical:
+                continue
+            if mode == "all":
+                out.append(Retrieved(e, k.name, value, "covered", 0.0))
+                continue
+            env = _effect_env(e, environments)
+            if env is None:
+                out.append(Retrieved(e, k.name, value, "partial", 2 * UNKNOWN_TERM))
+                continue
+            cov = scope(env, target, mechanism_class(e.mechanism) if e.klass not in ("kernel", "balance")
+                        else e.klass)
+            if cov == "incompatible":
+                continue
+            out.append(Retrieved(e, k.name, value, cov, distance(env, target, e.conditioning)))
+    out.sort(key=Retrieved.rank_key)
+    return out
+
+
+def knob_grades(knobs: Sequence[TargetKnob], retrieved: Iterable[Retrieved]) -> dict[str, Grade]:
+    """Coverage grade of every knob: ``covered`` (some covered record), ``partial`` (only partial records),
+    ``unobserved`` (it has a mechanism but no compatible record) or ``null`` (it maps onto no mechanism, so no
+    record can ever describe it)."""
+    best: dict[str, int] = {}
+    for r in retrieved:
+        best[r.knob] = max(best.get(r.knob, 0), COVERAGE_RANK[r.coverage])
+    grades: dict[str, Grade] = {}
+    for k in knobs:
+        if not k.mechanism:
+            grades[k.name] = "null"
+        else:
+            grades[k.name] = {2: "covered", 1: "partial"}.get(best.get(k.name, 0), "unobserved")
+    return grades
+
+
+# ---------------------------------------------------------------------------------------------- priors
+def record_sd(r: Retrieved) -> float:
+    """SD of one retrieved effect read as a measurement of the target setting's effect."""
+    floor = r.effect.noise_floor if r.effect.noise_floor and r.effect.noise_floor > 0 else DEFAULT_NOISE_FLOOR
+    var = floor ** 2 + (TAU_DISTANCE * r.distance) ** 2
+    if r.coverage == "partial":
+        var += TAU_PARTIAL ** 2
+    if r.effect.tier == "legacy":
+        var += TAU_LEGACY ** 2
+    return math.sqrt(var)
+
+
+def _pool(xs: Sequence[float], sds: Sequence[float]) -> tuple[float, float]:
+    """Inverse-variance mean of measurements and its SD, widened by their spread around that mean."""
+    w = [1.0 / (s * s) for s in sds]
+    sw = sum(w)
+    mean = sum(wi * x for wi, x in zip(w, xs)) / sw
+    spread = sum(wi * (x - mean) ** 2 for wi, x in zip(w, xs)) / sw if len(xs) > 1 else 0.0
+    return mean, math.sqrt(1.0 / sw + spread)
+
+
+def combine(prior_mean: float, prior_sd: float, mean: float, sd: float) -> tuple[float, float]:
+    """Gaussian product of a prior N(prior_mean, prior_sd^2) and an evidence N(mean, sd^2)."""
+    p0, p1 = 1.0 / prior_sd ** 2, 1.0 / sd ** 2
+    return (p0 * prior_mean + p1 * mean) / (p0 + p1), math.sqrt(1.0 / (p0 + p1))
+
+
+def setting_priors(retrieved: Sequence[Retrieved], base: Mapping[tuple[str, Any], tuple[float, float]],
+                   default_sd: float = 0.10) -> list[dict[str, Any]]:
+    """Per target setting with records: ``{"knob", "value", "log_speedup", "prior_sd", "records", "coverage"}``
+    and, where records measured memory, ``"mem_gib"``/``"mem_sd"``.
+
+    ``base`` maps (knob, value) to the knob's own prior (mean, SD); settings not in it start from (0,
+    ``default_sd``).  Deterministic in the order of ``retrieved``; settings are listed in first-retrieved order.
+    """
+    groups: dict[tuple[str, Any], list[Retrieved]] = {}
+    for r in retrieved:
+        groups.setdefault((r.knob, r.value), []).append(r)
+    out = []
+    for (knob, value), rs in groups.items():
+        m0, s0 = base.get((knob, value), (0.0, default_sd))
+        mean, sd = _pool([r.effect.log_speedup for r in rs], [record_sd(r) for r in rs])
+        m, s = combine(m0, s0 if s0 > 0 else default_sd, mean, sd)
+        row: dict[str, Any] = {"knob": knob, "value": value, "log_speedup": m, "prior_sd": s, "records": len(rs),
+                               "coverage": rs[0].coverage}
+        mem = [r for r in rs if r.effect.mem_delta_gib is not None]
+        if mem:
+            sds = [math.sqrt(1.0 + (TAU_MEM_DISTANCE * r.distance) ** 2
+                             + (TAU_MEM_PARTIAL ** 2 if r.coverage == "partial" else 0.0)) for r in mem]
+            row["mem_gib"], row["mem_sd"] = _pool([float(r.effect.mem_delta_gib) for r in mem], sds)
+        out.append(row)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- starts, conflicts
+def _obs_ok(o: Observation) -> bool:
+    bad = {"fail", "failed", "reject", "rejected", False}
+    return (o.step_time_s is not None and o.step_time_s > 0 and not o.patches
+            and str(o.verdicts.get("outcome", "ok")) == "ok" and not any(v in bad for v in o.verdicts.values()))
+
+
+def _obs_scope(o: Observation, env: Environment | None, target: Environment, mode: Mode,
+               mechanism: str) -> Coverage:
+    if mode == "all":
+        return "covered"
+    if env is None:
+        return "partial"
+    return scope(env, target, mechanism_class(mechanism))
+
+
+def first_start(observations: Iterable[Observation], environments: Mapping[str, Environment],
+                target: Environment, knobs: Sequence[TargetKnob], mode: Mode = "filtered") -> dict[str, Any] | None:
+    """The experience start: ``{"config": {knob: value}, "speedup": x, "campaign": label}`` or None.
+
+    Source campaigns are ranked by their environment (framework-compatible only in ``filtered``: covered for
+    kernel mechanisms first, then distance); the fastest accepted observation of the best one is mapped onto the
+    target's knobs, each mechanism only where the record covers it (``all``: every mechanism), others at the
+    reference.  ``speedup`` is against that campaign's reference observation when it has one, else 1.
+    """
+    by_campaign: dict[str, list[Observation]] = {}
+    for o in observations:
+        by_campaign.setdefault(o.campaign, []).append(o)
+    ranked = []
+    for camp, obs in by_campaign.items():
+        env = environments.get(obs[0].environment)
+        if mode == "filtered":
+            if env is None or scope(env, target, "kernel") == "incompatible":
+                continue
+            key = (-COVERAGE_RANK[scope(env, target, "kernel")], distance(env, target), camp)
+        else:
+            key = (0, 0.0, camp)
+        ok = [o for o in obs if _obs_ok(o)]
+        if ok:
+            ranked.append((key, camp, env, ok))
+    if not ranked:
+        return None
+    ranked.sort(key=lambda t: t[0])
+    _, camp, env, ok = ranked[0]
+    best = min(ok, key=lambda o: (o.step_time_s, o.trial))
+    config: dict[str, Any] = {}
+    for k in knobs:
+        value = k.reference
+        if k.mechanism and k.mechanism in best.canonical and \
+                _obs_scope(best, env, target, mode, k.mechanism) == "covered":
+            v = k.value_for(str(best.canonical[k.mechanism]))
+            value = k.reference if v is None else v
+        config[k.name] = value
+    if all(config[k.name] == k.reference for k in knobs):
+        return None
+    refs = [o for o in ok if o.canonical and env is not None and
+            all(str(o.canonical.get(m)) == str(v) for m, v in env.reference_state.items() if m in o.canonical)
+            and o is not best]
+    ref_time = min((o.step_time_s for o in refs), default=None)
+    speedup = float(ref_time / best.step_time_s) if ref_time else 1.0
+    return {"config": config, "speedup": speedup, "campaign": camp}
+
+
+def conflicts(observations: Iterable[Observation], environments: Mapping[str, Environment], target: Environment,
+              knobs: Sequence[TargetKnob], mode: Mode = "filtered") -> list[dict[str, Any]]:
+    """Known conflicts for the search: ``{"conflict": [[knob, value], ...]}`` per minimal conflict tuple that maps
+    onto target settings (every (mechanism, canonical value) onto a non-reference value of a target knob).
+
+    ``filtered``: only from observations that cover every mechanism of the tuple; a conflict of an observation that
+    ran out of memory only when the target has no more memory per GPU than the record's environment."""
+    by_mech = {k.mechanism: k for k in knobs if k.mechanism}
+    seen: set[tuple] = set()
+    out = []
+    for o in observations:
+        env = environments.get(o.environment)
+        is_oom = o.oom_shortfall_gib is not None or str(o.verdicts.get("outcome", "")) == "oom"
+        for tup in o.conflicts:
+            settings = []
+            for mech, canon in tup:
+                k = by_mech.get(mech)
+                v = k.value_for(str(canon)) if k is not None else None
+                if k is None or v is None or v == k.reference:
+                    break
+                if _obs_scope(o, env, target, mode, mech) != "covered":
+                    break
+                settings.append((k.name, v))
+            else:
+                if not settings:
+                    continue
+                if mode == "filtered" and is_oom and (env is None or env.gpu_mem_gib is None or
+                                                      target.gpu_mem_gib is None or
+                                                      target.gpu_mem_gib > env.gpu_mem_gib):
+                    continue
+                key = tuple(sorted((n, value_key(v)) for n, v in settings))
+                if key not in seen:
+                    seen.add(key)
+                    out.append({"conflict": [list(s) for s in sorted(settings, key=lambda s: (s[0], value_key(s[1])))]})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- for the search
+def search_experience(effects: Iterable[Effect], observations: Iterable[Observation],
+                      environments: Mapping[str, Environment], target: Environment, knobs: Sequence[TargetKnob],
+                      base: Mapping[tuple[str, Any], tuple[float, float]] | None = None, mode: Mode = "filtered",
+                      default_sd: float = 0.10) -> tuple[list[dict[str, Any]], dict[str, Grade]]:
+    """Everything retrieval gives the search, as JSON-able records for ``SearchController(experience=...)``,
+    plus the coverage grade of every knob.
+
+    Records: the experience start (``{"config", "speedup"}``), one prior per setting with records
+    (``{"knob", "value", "log_speedup", "prior_sd"[, "mem_gib", "mem_sd"]}``), and known conflicts
+    (``{"conflict": [...]}``)."""
+    observations = list(observations)
+    got = retrieve(effects, target, knobs, mode, environments)
+    records: list[dict[str, Any]] = []
+    start = first_start(observations, environments, target, knobs, mode)
+    if start is not None:
+        records.append(start)
+    records += setting_priors(got, base or {}, default_sd)
+    records += conflicts(observations, environments, target, knobs, mode)
+    return records, knob_grades(knobs, got)
+
+
+__all__ = ["Coverage", "Grade", "Mode", "MODES", "TargetKnob", "target_knob", "target_knobs", "reference_state",
+           "seq_bucket", "param_bucket", "scope", "distance", "Retrieved", "retrieve", "knob_grades", "record_sd",
+           "combine", "setting_priors", "first_start", "conflicts", "search_experience"]
