@@ -70,8 +70,11 @@ class SearchController:
         capacity_gib: per-GPU memory capacity.
         seed: seeds every random choice (with the tell/outstanding counts).
         experience: records from the experience bank: ``{"config": {...}, "speedup": x}`` (drives the
-            first start), ``{"knob", "value", "log_speedup"}`` (sets that setting's prior mean) or
-            ``{"conflict": [[knob, value], ...]}`` (a known conflict).
+            first start), ``{"knob", "value", "log_speedup"}`` (sets that setting's prior mean; with
+            ``"prior_sd"`` it is a retrieved prior, mean and SD as given, see
+            :mod:`infrarsi.controller.experience.retrieval`; with ``"mem_gib"``/``"mem_sd"`` it also sets the
+            memory model's prior delta of that setting) or ``{"conflict": [[knob, value], ...]}`` (a known
+            conflict).  Priors only: observations of this campaign govern the posterior.
         phase_shares: profiled time per phase; a knob whose ``mechanism`` names phases
             (``"optimizer"`` or ``"forward+backward"``) gets its prior capped by the Amdahl ceiling.
         tuning: overrides of :data:`DEFAULT_TUNING`; unknown keys raise ValueError.
@@ -105,7 +108,9 @@ class SearchController:
         nv = max(self.sigma, float(self.tune["model_noise_floor"])) ** 2
         self.time = TimeModel(self.fmap, self.prior_mu, self.prior_sd, nv, float(self.tune["pair_prior_sd"]),
                               float(self.tune["sigma_min"]))
-        self.mem = MemoryModel(space, self.fmap, self.capacity, self.tune["reference_peak_mem_gib"])
+        mem_priors = {(r["knob"], r["value"]): (float(r["mem_gib"]), float(r.get("mem_sd") or 0.0))
+                      for r in self.experience if "knob" in r and r.get("mem_gib") is not None}
+        self.mem = MemoryModel(space, self.fmap, self.capacity, self.tune["reference_peak_mem_gib"], mem_priors)
         self.history: list[tuple[Candidate, Outcome]] = []
         self.told: set[Candidate] = set()
         self.outstanding: dict[Candidate, None] = {}
@@ -127,8 +132,11 @@ class SearchController:
     def _knob_priors(self) -> tuple[np.ndarray, np.ndarray]:
         t = self.tune
         effects: dict[Setting, list[float]] = {}
+        retrieved: dict[Setting, tuple[float, float]] = {}
         for rec in self.experience:
-            if "knob" in rec and "log_speedup" in rec:
+            if "knob" in rec and "log_speedup" in rec and "prior_sd" in rec:
+                retrieved[(rec["knob"], rec["value"])] = (float(rec["log_speedup"]), float(rec["prior_sd"]))
+            elif "knob" in rec and "log_speedup" in rec:
                 effects.setdefault((rec["knob"], rec["value"]), []).append(float(rec["log_speedup"]))
         patch_priors = t["patch_priors"] or {}
         mu, sd = [], []
@@ -140,7 +148,9 @@ class SearchController:
             k = self.space.knob(name)
             m = k.prior_of(value)
             s = k.prior_sd if k.prior_sd is not None else float(t["default_prior_sd"])
-            if (name, value) in effects:
+            if (name, value) in retrieved:
+                m, s = retrieved[(name, value)]
+            elif (name, value) in effects:
                 m = float(np.mean(effects[(name, value)]))
                 s = min(s, max(float(t["sigma_min"]), 0.5 * abs(m)))
             targets = (k.mechanism or "").split("+")

@@ -10,7 +10,7 @@ the reference's peak memory).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from scipy.stats import norm
@@ -62,7 +62,10 @@ class TimeModel:
 class MemoryModel:
     """Censored peak-memory model over the single indicators (intercept = reference peak); falls back to the prior before any data."""
 
-    def __init__(self, space: SearchSpace, fmap: FeatureMap, capacity_gib: float, ref_mem_gib: float | None):
+    def __init__(self, space: SearchSpace, fmap: FeatureMap, capacity_gib: float, ref_mem_gib: float | None,
+                 mem_priors: Mapping[tuple[str, Any], tuple[float, float]] | None = None):
+        """``mem_priors``: (knob, value) -> (GiB delta, SD) from retrieved experience; they replace the knob's
+        stated ``mem_prior_gib`` (the SD never below 3% of capacity or half the delta)."""
         self.fmap = fmap
         self.capacity = float(capacity_gib)
         n = len(fmap.singles)
@@ -76,7 +79,10 @@ class MemoryModel:
                 mu[i + 1], sd[i + 1] = 0.0, 0.03 * self.capacity
             else:
                 m = space.knob(name).mem_prior_of(value)
-                mu[i + 1], sd[i + 1] = m, max(0.03 * self.capacity, 0.5 * abs(m))
+                s = 0.0
+                if mem_priors and (name, value) in mem_priors:
+                    m, s = mem_priors[(name, value)]
+                mu[i + 1], sd[i + 1] = m, max(0.03 * self.capacity, 0.5 * abs(m), s)
         self.prior_mu, self.prior_var = mu, sd * sd
         self.obs_sd = 0.02 * self.capacity
         self.model = None
