@@ -1,0 +1,236 @@
+"""`contract check` refuses what the campaign would choke on later, and the rules reach the search:
+windows shorter than the noise calibration needs, forbid rules, memory_cap_gib none, fixed-batch contracts,
+knob priors, and boolean rendering (value passed exactly as written)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infrarsi.controller.campaign.searchglue import search_space
+from infrarsi.controller.contract import check_contract, is_legal, legal_configs, load_contract, render_launch
+from infrarsi.controller.contract.launch import config_string
+from infrarsi.controller.contract.loader import check_warnings
+from infrarsi.controller.contract.model import NO_CAP_GIB
+from infrarsi.surrogate.noise import MIN_STEPS_PER_RUN
+
+BASE = """\
+name: refusals
+launch:
+  command: "python train.py --out=x {knobs}"
+workload:
+  tokens_per_update: 4096
+  seq_len: 64
+trial:
+  updates: 20
+  window: [5, 20]
+knobs:
+  - name: batch_size
+    values: [8, 16, 32, 64]
+    reference: 8
+    kind: ordered
+    batch_factor: true
+    apply: {flag: "--batch_size={value}"}
+  - name: grad_accum
+    values: [8, 4, 2, 1]
+    reference: 8
+    kind: ordered
+    batch_factor: true
+    apply: {flag: "--grad_accum={value}"}
+  - name: compile
+    values: [false, true]
+    reference: false
+    render: python
+    apply: {flag: "--compile={value}"}
+  - name: attention
+    values: [math, flash]
+    reference: math
+    apply: {flag: "--attention={value}"}
+couplings:
+  - {product: [batch_size, grad_accum], equals: 64, solve: grad_accum}
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "infrarsi.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def problems(tmp_path: Path, text: str) -> list[str]:
+    return check_contract(write(tmp_path, text))[1]
+
+
+def test_base_is_sound(tmp_path: Path) -> None:
+    assert problems(tmp_path, BASE) == []
+
+
+@pytest.mark.parametrize("window", ["[18, 20]", "[20, 20]"])
+def test_window_shorter_than_calibration_is_refused_naming_the_minimum(tmp_path: Path, window: str) -> None:
+    out = problems(tmp_path, BASE.replace("[5, 20]", window))
+    assert len(out) == 1 and "trial.window" in out[0]
+    assert f"at least {MIN_STEPS_PER_RUN}" in out[0] and "MIN_STEPS_PER_RUN" in out[0]
+    assert problems(tmp_path, BASE.replace("[5, 20]", f"[{21 - MIN_STEPS_PER_RUN}, 20]")) == []
+
+
+def test_forbid_rules_are_checked_and_honoured_by_the_search(tmp_path: Path) -> None:
+    text = BASE + "forbid:\n  - {compile: true, attention: math}\n  - {batch_size: 64}\n"
+    c = load_contract(write(tmp_path, text))
+    assert not is_legal(c, {"compile": True, "attention": "math"})
+    assert is_legal(c, {"compile": True, "attention": "flash"})
+    assert not is_legal(c, {"batch_size": 64})
+    configs = list(legal_configs(c))
+    assert configs and all(not (x["compile"] and x["attention"] == "math") and x["batch_size"] != 64
+                           for x in configs)
+    assert len(configs) == 3 * 4 - 3  # 3 batch sizes x 4 (compile, attention) minus compile+math per batch size
+    space = search_space(c, [])
+    assert not space.legal({"batch_size": 8, "compile": True, "attention": "math"})
+    assert space.legal({"batch_size": 8, "compile": True, "attention": "flash"})
+
+
+@pytest.mark.parametrize("rule, fragment", [
+    ("{compiler: true}", "forbid[0].compiler: unknown knob 'compiler'"),
+    ("{attention: sdpa}", "forbid[0].attention: 'sdpa' is not one of knob 'attention' values [math, flash]"),
+    ("{compile: false}", "forbid[0]: forbids the reference configuration"),
+    ("{}", "forbid: an empty forbid rule would forbid everything"),
+])
+def test_bad_forbid_rule_is_one_line(tmp_path: Path, rule: str, fragment: str) -> None:
+    out = problems(tmp_path, BASE + f"forbid:\n  - {rule}\n")
+    assert len(out) == 1 and fragment in out[0], out
+    assert out[0].startswith("infrarsi.yaml:") and "\n" not in out[0]
+
+
+@pytest.mark.parametrize("cap", ["none", "None", "null"])
+def test_memory_cap_none_means_no_cap(tmp_path: Path, cap: str) -> None:
+    c = load_contract(write(tmp_path, BASE + f"memory_cap_gib: {cap}\n"))
+    assert c.memory_cap_gib is None and c.search_capacity_gib == NO_CAP_GIB
+    c80 = load_contract(write(tmp_path, BASE))
+    assert c80.memory_cap_gib == 80.0 and c80.search_capacity_gib == 80.0
+    assert "memory_cap_gib" in problems(tmp_path, BASE + "memory_cap_gib: nothing\n")[0]
+
+
+def test_no_cap_reaches_the_search_as_practically_infinite(tmp_path: Path) -> None:
+    import numpy as np
+
+    from infrarsi.controller.campaign.searchglue import rebuild_controller
+
+    c = load_contract(write(tmp_path, BASE + "memory_cap_gib: none\n"))
+    rng = np.random.default_rng(0)
+    doctor = {"t0": 0.1, "reference_window_times": [list(0.1 + 0.001 * rng.standard_normal(16)) for _ in range(3)],
+              "reference_peak_mem_gib": 70.0}
+    ctrl = rebuild_controller(c, {}, doctor, 0, [], {})
+    assert ctrl.capacity == NO_CAP_GIB
+    assert ctrl.ask(1)  # proposes something: 70 GiB is no problem without a cap
+
+
+FIXED_BATCH = """\
+name: fixed
+launch:
+  command: "python train.py --batch_size=4 --block_size=128 {knobs}"
+workload:
+  tokens_per_update: 4096
+  seq_len: 128
+knobs:
+  - name: compile
+    values: ["False", "True"]
+    reference: "False"
+    apply: {flag: "--compile={value}"}
+"""
+
+
+def test_fixed_batch_contract_passes(tmp_path: Path) -> None:
+    # no batch_factor knob: the batch lives in the command; the verifier checks the receipt's tokens per update
+    assert problems(tmp_path, FIXED_BATCH) == []
+
+
+def test_batch_fixed_in_the_command_next_to_batch_knobs_is_explained(tmp_path: Path) -> None:
+    text = FIXED_BATCH + """\
+  - name: grad_accum
+    values: [8]
+    reference: 8
+    batch_factor: true
+    apply: {flag: "--grad_accum={value}"}
+"""
+    out = problems(tmp_path, text)
+    assert len(out) == 1
+    assert "workload.tokens_per_update: 4096 differs from the reference configuration's 1024" in out[0]
+    assert "grad_accum=8 x world size 1 x seq_len 128" in out[0] and "fixed in the command" in out[0]
+    assert "legal combination  gives" not in out[0]
+
+
+def test_render_passes_values_as_written(tmp_path: Path) -> None:
+    extra = """\
+  - name: fused
+    values: [false, true]
+    reference: false
+    render: {true: "1", false: "0"}
+    apply: {env: FUSED}
+  - name: dtype
+    values: [bf16, "float32"]
+    reference: "float32"
+    render: {bf16: bfloat16}
+    apply: {flag: "--dtype {value}"}
+"""
+    text = BASE.replace("    render: python\n", "").replace("couplings:\n", extra + "couplings:\n")
+    c = load_contract(write(tmp_path, text))
+    plan = render_launch(c, {"compile": False, "fused": True, "dtype": "bf16"})
+    assert "--compile=false" in plan.argv and dict(plan.env)["FUSED"] == "1"
+    assert plan.argv[-2:] == ("--dtype", "bfloat16")
+    c2 = load_contract(write(tmp_path, BASE))
+    plan2 = render_launch(c2, {"compile": False})
+    assert "--compile=False" in plan2.argv and "--compile=false" not in plan2.argv
+    assert "compile=False" in config_string(c2, {"compile": False, "attention": "math"})
+    assert config_string(c, {"compile": False, "fused": True}) == "compile=false, fused=1"
+
+
+def test_check_warns_about_yaml_booleans_without_render(tmp_path: Path) -> None:
+    path = write(tmp_path, BASE.replace("    render: python\n", ""))
+    assert check_contract(path)[1] == []
+    warnings = check_warnings(path)
+    assert len(warnings) == 1 and "knobs[2].values" in warnings[0] and "render: python" in warnings[0]
+    assert check_warnings(write(tmp_path, BASE, "rendered.yaml")) == []
+    proc = subprocess.run([sys.executable, "-m", "infrarsi.controller.cli.main", "contract", "check", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and ": ok (" in proc.stdout and "warning: YAML booleans" in proc.stderr
+
+
+def test_render_key_must_name_a_value(tmp_path: Path) -> None:
+    out = problems(tmp_path, BASE.replace("render: python", "render: {yes: 'True'}"))
+    assert len(out) == 1 and "knobs[2].render.yes" in out[0]
+
+
+def test_priors_reach_the_search_space(tmp_path: Path) -> None:
+    text = BASE.replace("    render: python\n", """    render: python
+    priors:
+      - {value: true, log_speedup: 0.4, spread: 0.25, memory_gib: -1.5}
+""")
+    c = load_contract(write(tmp_path, text))
+    spec = {k.name: k for k in search_space(c, []).knobs}["compile"]
+    assert spec.prior_of(True) == pytest.approx(0.4) and spec.prior_sd == pytest.approx(0.25)
+    assert spec.mem_prior_of(True) == pytest.approx(-1.5)
+    assert {k.name: k for k in search_space(c, []).knobs}["attention"].prior_mean is None
+
+
+@pytest.mark.parametrize("prior, fragment", [
+    ("{value: 128, log_speedup: 0.1}", "'128' is not one of values"),
+    ("{value: 8, log_speedup: 0.1}", "is the reference value"),
+])
+def test_bad_prior_is_refused(tmp_path: Path, prior: str, fragment: str) -> None:
+    text = BASE.replace("    kind: ordered\n    batch_factor: true\n    apply: {flag: \"--batch_size={value}\"}\n",
+                        f"    kind: ordered\n    batch_factor: true\n    apply: {{flag: \"--batch_size={{value}}\"}}\n"
+                        f"    priors: [{prior}]\n", 1)
+    out = problems(tmp_path, text)
+    assert len(out) == 1 and "knobs[0].priors[0].value" in out[0] and fragment in out[0], out
+
+
+def test_flops_per_token_is_declarable(tmp_path: Path) -> None:
+    from infrarsi.controller.campaign.artifacts import flops_per_token_of
+
+    c = load_contract(write(tmp_path, BASE.replace("  seq_len: 64\n", "  seq_len: 64\n  flops_per_token: 1.5e6\n")))
+    assert flops_per_token_of(c, {"header_extra": {"flops_per_token": 9}}) == (1.5e6, "contract (workload.flops_per_token)")
+    c0 = load_contract(write(tmp_path, BASE))
+    assert flops_per_token_of(c0, {"header_extra": {"flops_per_token": 9}}) == (9.0, "receipt header (extra.flops_per_token)")
+    assert flops_per_token_of(c0, {}) == (None, None)
