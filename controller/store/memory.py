@@ -38,7 +38,7 @@ from infrarsi.controller.store.records import (
 FINOPS_VIEWS = ("failed", "campaign_cost", "cost_per_pct")
 _CAMPAIGN_FIELDS = ("name", "workload_id", "owner", "contract_path", "contract_yaml", "contract_digest", "repo_path",
                     "workdir", "executor", "partition", "budget_gpu_hours", "budget_trials", "seed", "scope", "doctor",
-                    "result", "delivered_speedup", "error")
+                    "result", "delivered_speedup", "error", "sbatch")
 _UPDATABLE = ("state",) + _CAMPAIGN_FIELDS
 
 
@@ -60,6 +60,7 @@ class _Cost:
     gpu_seconds: float
     failure_class: str | None
     llm_tokens: int
+    cpu_seconds: float = 0.0
 
 
 @dataclass
@@ -245,7 +246,7 @@ class MemoryStore(Store):
         if unknown:
             raise TypeError(f"create_campaign: unknown fields {', '.join(sorted(unknown))}")
         values: dict[str, Any] = {k: None for k in ("workload_id", "partition", "scope", "doctor", "result",
-                                                   "delivered_speedup", "error")}
+                                                   "delivered_speedup", "error", "sbatch")}
         values.update({k: _copy(v) for k, v in fields.items()})
         if values.get("owner") is None:
             values["owner"] = self.identity()
@@ -352,7 +353,8 @@ class MemoryStore(Store):
                                     first_failed_layer=ing.first_failed_layer, details=_copy(ing.details))
             cost = _Cost(id=self.db.next_id("costs"), campaign_id=row.campaign_id, trial_id=trial_id,
                          stage=row.stage, partition=row.partition, gpu_seconds=float(ing.gpu_seconds),
-                         failure_class=None if ing.outcome == "ok" else ing.outcome, llm_tokens=0)
+                         failure_class=None if ing.outcome == "ok" else ing.outcome, llm_tokens=0,
+                         cpu_seconds=float(ing.cpu_seconds))
             # everything is built: now change the database (no step below can fail)
             self.db.trials[trial_id] = row
             if ing.receipt_raw is not None:
@@ -361,7 +363,8 @@ class MemoryStore(Store):
             self.db.observations[trial_id] = obs
             self.db.costs.append(cost)
             self._event("trial.ingested", {"outcome": ing.outcome, "reason": ing.reason, "accepted": ing.accepted,
-                                           "layer": ing.first_failed_layer, "gpu_seconds": ing.gpu_seconds},
+                                           "layer": ing.first_failed_layer, "gpu_seconds": ing.gpu_seconds,
+                                           "cpu_seconds": ing.cpu_seconds},
                         campaign_id=row.campaign_id, trial_id=trial_id)
             return True
 
@@ -433,7 +436,8 @@ class MemoryStore(Store):
                     groups.setdefault((c.stage, c.failure_class), []).append(c)
             return [{"stage": st, "failure_class": fc, "entries": len(rows),
                      "gpu_hours": sum(r.gpu_seconds for r in rows) / 3600.0,
-                     "llm_tokens": sum(r.llm_tokens for r in rows)}
+                     "llm_tokens": sum(r.llm_tokens for r in rows),
+                     "cpu_hours": sum(r.cpu_seconds for r in rows) / 3600.0}
                     for (st, fc), rows in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))]
 
     def finops(self, view: str) -> list[dict[str, Any]]:
@@ -465,7 +469,8 @@ class MemoryStore(Store):
             for (part, stage, fc), rows in sorted(groups.items()):
                 out.append({"campaign_id": c.id, "campaign": c.name, "owner": c.owner, "partition": part,
                             "stage": stage, "failure_class": fc, "trials": len(rows),
-                            "gpu_hours": sum(r.gpu_seconds for r in rows) / 3600.0})
+                            "gpu_hours": sum(r.gpu_seconds for r in rows) / 3600.0,
+                            "cpu_hours": sum(r.cpu_seconds for r in rows) / 3600.0})
         return out
 
     def _campaign_cost(self, c: CampaignRecord) -> dict[str, Any]:
@@ -475,7 +480,8 @@ class MemoryStore(Store):
                 "gpu_hours": secs(lambda r: True),
                 "failed_gpu_hours": secs(lambda r: r.failure_class is not None and r.failure_class != "rejected"),
                 "rejected_gpu_hours": secs(lambda r: r.failure_class == "rejected"),
-                "llm_tokens": sum(r.llm_tokens for r in rows), "budget_gpu_hours": c.budget_gpu_hours}
+                "llm_tokens": sum(r.llm_tokens for r in rows), "budget_gpu_hours": c.budget_gpu_hours,
+                "cpu_hours": sum(r.cpu_seconds for r in rows) / 3600.0}
 
     # ------------------------------------------------------------------ experience
     def add_experience(self, rows: Sequence[dict[str, Any]]) -> None:

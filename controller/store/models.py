@@ -85,6 +85,8 @@ class Campaign(Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
+    #: sbatch-style options of ``infrarsi submit`` applied to every trial job (migration 0007); None: none
+    sbatch_json: Mapped[dict | None] = mapped_column(JSON, nullable=True)
 
     trials: Mapped[list["Trial"]] = relationship(back_populates="campaign", order_by="Trial.seq")
 
@@ -185,6 +187,8 @@ class CostEntry(Base):
     stage: Mapped[str] = mapped_column(String(20))
     partition: Mapped[str | None] = mapped_column(String(100), nullable=True)
     gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    #: CPU trials (no GPU) are booked here, one slot per trial, never as GPU-seconds (migration 0007)
+    cpu_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     llm_tokens: Mapped[int] = mapped_column(Integer, default=0)
     failure_class: Mapped[str | None] = mapped_column(String(20), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

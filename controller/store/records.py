@@ -53,6 +53,8 @@ class CampaignRecord:
     error: str | None
     created_at: datetime
     updated_at: datetime
+    #: sbatch-style options of ``infrarsi submit`` (``controller/campaign/sbatch_options.py``); None: none
+    sbatch: dict[str, Any] | None = None
 
     @property
     def terminal(self) -> bool:
@@ -132,6 +134,8 @@ class Ingest:
     gpu_seconds: float = 0.0
     start_time: float | None = None
     end_time: float | None = None
+    #: a CPU trial's seconds (one slot), booked apart from GPU-seconds
+    cpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

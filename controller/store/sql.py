@@ -71,7 +71,8 @@ def _snap(cls: type, row: Any, **renames: str) -> Any:
 
 
 def _campaign(row: m.Campaign) -> CampaignRecord:
-    return _snap(CampaignRecord, row, scope="scope_json", doctor="doctor_json", result="result_json")
+    return _snap(CampaignRecord, row, scope="scope_json", doctor="doctor_json", result="result_json",
+                 sbatch="sbatch_json")
 
 
 def _trial(row: m.Trial) -> TrialRecord:
@@ -159,7 +160,7 @@ class SqlStore(Store):
 
     # campaigns ---------------------------------------------------------------
     def create_campaign(self, **kw: Any) -> CampaignRecord:
-        mapping = {"scope": "scope_json", "doctor": "doctor_json", "result": "result_json"}
+        mapping = {"scope": "scope_json", "doctor": "doctor_json", "result": "result_json", "sbatch": "sbatch_json"}
         if kw.get("owner") is None:
             kw["owner"] = self.identity()  # on PostgreSQL the campaigns_owner trigger has the last word
         with self._tx() as s:
@@ -186,7 +187,7 @@ class SqlStore(Store):
             return [_campaign(r) for r in s.scalars(q)]
 
     def update_campaign(self, campaign_id: int, **kw: Any) -> CampaignRecord:
-        mapping = {"scope": "scope_json", "doctor": "doctor_json", "result": "result_json"}
+        mapping = {"scope": "scope_json", "doctor": "doctor_json", "result": "result_json", "sbatch": "sbatch_json"}
         with self._tx() as s:
             row = s.get(m.Campaign, campaign_id, with_for_update=self.dialect == "postgresql")
             if row is None:
@@ -276,10 +277,12 @@ class SqlStore(Store):
                                 details_json=ing.details))
             failure = None if ing.outcome == "ok" else ing.outcome
             s.add(m.CostEntry(campaign_id=row.campaign_id, trial_id=row.id, stage=row.stage,
-                              partition=row.partition, gpu_seconds=ing.gpu_seconds, failure_class=failure))
+                              partition=row.partition, gpu_seconds=ing.gpu_seconds, cpu_seconds=ing.cpu_seconds,
+                              failure_class=failure))
             s.add(m.Event(campaign_id=row.campaign_id, trial_id=row.id, kind="trial.ingested",
                           payload={"outcome": ing.outcome, "reason": ing.reason, "accepted": ing.accepted,
-                                   "layer": ing.first_failed_layer, "gpu_seconds": ing.gpu_seconds}))
+                                   "layer": ing.first_failed_layer, "gpu_seconds": ing.gpu_seconds,
+                                   "cpu_seconds": ing.cpu_seconds}))
             s.flush()
             crash_point("in_ingest")
             return True
@@ -360,13 +363,15 @@ class SqlStore(Store):
         with self._tx() as s:
             rows = s.execute(
                 select(m.CostEntry.stage, m.CostEntry.failure_class, func.count(m.CostEntry.id),
-                       func.sum(m.CostEntry.gpu_seconds), func.sum(m.CostEntry.llm_tokens))
+                       func.sum(m.CostEntry.gpu_seconds), func.sum(m.CostEntry.llm_tokens),
+                       func.sum(m.CostEntry.cpu_seconds))
                 .where(m.CostEntry.campaign_id == campaign_id)
                 .group_by(m.CostEntry.stage, m.CostEntry.failure_class)
                 .order_by(m.CostEntry.stage, m.CostEntry.failure_class)
             ).all()
             return [{"stage": st, "failure_class": fc, "entries": n, "gpu_hours": (gs or 0.0) / 3600.0,
-                     "llm_tokens": int(tok or 0)} for st, fc, n, gs, tok in rows]
+                     "llm_tokens": int(tok or 0), "cpu_hours": (cs or 0.0) / 3600.0}
+                    for st, fc, n, gs, tok, cs in rows]
 
     def finops(self, view: str) -> list[dict[str, Any]]:
         if view not in FINOPS_VIEWS:
