@@ -11,6 +11,8 @@ code: it runs *outside* the sandbox (start it with ``-I`` so nothing in the job'
   only ``--src`` and ``--scratch`` are writable, ``--out`` is invisible, the PID namespace takes every process of
   the job with it.  When bubblewrap is missing or cannot create namespaces it refuses to start (fail closed);
   ``--isolation none`` runs the job unsandboxed, warns on stderr and says so in the receipt;
+* binds each ``--ro-input HOST DEST`` read-only at ``DEST`` (usually a mount point inside ``--src``; a write gets
+  ``EROFS``); with ``--isolation none`` the empty mount point is replaced by a symlink to ``HOST`` instead;
 * hashes the ``--frozen-manifest`` files in the child's cwd before and after the run;
 * gives the child a pipe (``INFRARSI_RECEIPT_FD``, plus a private FIFO for launchers that close inherited
   descriptors) and stamps every receipt line with its own monotonic clock (``wall_t``) as it arrives; at most
@@ -86,6 +88,8 @@ class ExecOptions:
     disk_limit_gib: float | None = None
     disk_interval_s: float = 2.0
     log_keep_bytes: int = DEFAULT_LOG_KEEP
+    #: ``(host path, path the job sees)`` read-only inputs (the contract's ``inputs:``)
+    ro_inputs: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -393,6 +397,60 @@ def _isolation(opts: ExecOptions) -> tuple[str | None, dict[str, str]]:
                                               "writable: src, scratch"}
 
 
+def _under_or_over(a: str, b: str) -> bool:
+    """Whether one of two resolved paths is, or lies under, the other."""
+    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
+
+
+def prepare_inputs(opts: ExecOptions, src: Path, scratch: Path | None, sandboxed: bool) -> list[tuple[str, str]]:
+    """Check ``opts.ro_inputs`` and return the ``(host, dest)`` read-only binds (both resolved).
+
+    WrapperError (one line) when an input is missing on this node (under Slurm: not on storage the compute node
+    mounts), overlaps the trial's own ``out/``, ``src`` or ``scratch`` or the key file, or when the path to its mount
+    point inside ``src`` passes through a symlink.  Unsandboxed (``sandboxed`` False), an empty mount point inside
+    ``src`` is replaced by a symlink to the input (no copy), and an input outside ``src`` must be at its own path.
+    """
+    binds: list[tuple[str, str]] = []
+    own = [str(opts.out_dir.resolve()), str(src), *([str(scratch)] if scratch else [])]
+    if opts.key_file:
+        own.append(os.path.realpath(opts.key_file))
+    for host, dest in opts.ro_inputs:
+        rhost = os.path.realpath(host)
+        if not os.path.exists(rhost):
+            raise WrapperError(f"--ro-input {host}: not found on this node (an input must be on storage the compute "
+                               "nodes mount at the same path)")
+        for p in own:
+            if _under_or_over(rhost, p):
+                raise WrapperError(f"--ro-input {host}: overlaps the trial's own {p}")
+        if not os.path.isabs(dest):
+            raise WrapperError(f"--ro-input {host} {dest}: the destination must be an absolute path")
+        dest = os.path.normpath(dest)
+        inside = dest.startswith(str(src).rstrip("/") + "/")
+        if inside:
+            p = src
+            for part in Path(os.path.relpath(dest, src)).parts:
+                p = p / part
+                if os.path.islink(p):
+                    raise WrapperError(f"--ro-input {host}: the mount point {dest} passes through the symlink {p}")
+        if not sandboxed:
+            if inside:
+                if os.path.isdir(dest):
+                    if os.listdir(dest):
+                        raise WrapperError(f"--ro-input {host}: the mount point {dest} is not empty")
+                    os.rmdir(dest)
+                elif os.path.lexists(dest):
+                    if os.path.getsize(dest):
+                        raise WrapperError(f"--ro-input {host}: the mount point {dest} is not empty")
+                    os.unlink(dest)
+                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                os.symlink(rhost, dest)
+            elif dest != rhost:
+                raise WrapperError(f"--ro-input {host} {dest}: without a sandbox an input outside --src must be at "
+                                   "its own path")
+        binds.append((rhost, dest))
+    return binds
+
+
 def run_wrapped(opts: ExecOptions) -> int:
     """Run ``opts.argv`` under the wrapper; write the receipt and job log; return the exit status.
 
@@ -422,6 +480,12 @@ def run_wrapped(opts: ExecOptions) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="infrarsi-scratch-") if own_scratch else opts.scratch).resolve()  # type: ignore[arg-type]
     for sub in ("home", "tmp", "cache"):
         (scratch / sub).mkdir(parents=True, exist_ok=True)
+    try:
+        ro_binds = prepare_inputs(opts, src, scratch, sandboxed=bwrap is not None)
+    except WrapperError:
+        if own_scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+        raise
 
     rfd, wfd = os.pipe()
     fifo_dir = tempfile.mkdtemp(prefix="infrarsi-rx-")
@@ -447,7 +511,8 @@ def run_wrapped(opts: ExecOptions) -> int:
         multinode = os.path.basename(opts.argv[0]) == "srun"
         argv = [*sandbox.bwrap_argv(bwrap, src=str(src), scratch=str(scratch), cwd=str(cwd), env=env,
                                     hide=[str(opts.out_dir.resolve())], extra_rw=[fifo_dir],
-                                    tmp_size_bytes=disk_limit, multinode=multinode), "--", *opts.argv]
+                                    tmp_size_bytes=disk_limit, multinode=multinode, ro_binds=ro_binds),
+                "--", *opts.argv]
     else:
         argv = list(opts.argv)
     st = _State()
@@ -588,6 +653,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--disk-limit-gib", type=float, help="kill the job when src + scratch exceed this")
     p.add_argument("--log-keep-mib", type=float, default=DEFAULT_LOG_KEEP / (1 << 20),
                    help="job.log and the echo keep the first and last this many MiB")
+    p.add_argument("--ro-input", nargs=2, action="append", default=[], metavar=("HOST", "DEST"),
+                   help="bind HOST read-only at DEST (a mount point inside --src); repeatable")
     p.add_argument("--quiet", action="store_true", help="do not echo the job's output")
     p.add_argument("cmd", nargs=argparse.REMAINDER)
     return p
@@ -602,7 +669,8 @@ def main(argv: list[str] | None = None) -> int:
                        timeout_s=ns.timeout, frozen_manifest=ns.frozen_manifest,
                        memory_cap_gib=ns.memory_cap_gib, cwd=ns.cwd, echo=not ns.quiet, isolation=ns.isolation,
                        src=ns.src, scratch=ns.scratch, pass_env=names, max_updates=ns.max_updates,
-                       disk_limit_gib=ns.disk_limit_gib, log_keep_bytes=int(ns.log_keep_mib * (1 << 20)))
+                       disk_limit_gib=ns.disk_limit_gib, log_keep_bytes=int(ns.log_keep_mib * (1 << 20)),
+                       ro_inputs=[(h, d) for h, d in ns.ro_input])
     try:
         return run_wrapped(opts)
     except WrapperError as exc:

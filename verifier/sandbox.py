@@ -133,7 +133,7 @@ def _under(path: str, root: str) -> bool:
 
 def bwrap_argv(bwrap: str, *, src: str, scratch: str, cwd: str, env: Mapping[str, str],
                hide: Iterable[str] = (), extra_rw: Iterable[str] = (), tmp_size_bytes: int | None = None,
-               multinode: bool = False) -> list[str]:
+               multinode: bool = False, ro_binds: Iterable[tuple[str, str]] = ()) -> list[str]:
     """The bubblewrap command prefix (append ``["--", *argv]``) for a job with source tree ``src`` and
     ``scratch`` read-write, working directory ``cwd`` and environment exactly ``env``.
 
@@ -141,7 +141,9 @@ def bwrap_argv(bwrap: str, *, src: str, scratch: str, cwd: str, env: Mapping[str
     under ``src``/``scratch``, simply not bound otherwise.  ``extra_rw``: further read-write binds (the receipt
     FIFO's folder).  ``tmp_size_bytes``: size cap of the private ``/tmp``.  ``multinode``: share the host's network
     (ranks on other nodes) and bind the munge socket and ``/etc/slurm`` so ``srun`` works inside; otherwise the job
-    gets a network namespace of its own with only loopback.
+    gets a network namespace of its own with only loopback.  ``ro_binds``: ``(host path, path in the sandbox)``
+    read-only binds of the contract's inputs, mounted after ``src`` so one may sit inside the source tree (a write
+    there fails with ``EROFS``).
     """
     a: list[str] = [bwrap, "--unshare-all", *(["--share-net"] if multinode else []), "--die-with-parent", "--new-session",
                     "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
@@ -162,6 +164,8 @@ def bwrap_argv(bwrap: str, *, src: str, scratch: str, cwd: str, env: Mapping[str
     for p in extra_rw:
         rp = os.path.realpath(p)
         a += ["--bind", rp, rp]
+    for host, dest in ro_binds:
+        a += ["--ro-bind", os.path.realpath(host), dest]
     for h in hide:
         rh = os.path.realpath(h)
         if os.path.isdir(rh) and (_under(rh, rsrc) or _under(rh, rscratch)):

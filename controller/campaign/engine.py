@@ -21,8 +21,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from infrarsi.controller.campaign import searchglue
+from infrarsi.controller.campaign import proposing, searchglue
 from infrarsi.controller.campaign.ingest import build_ingest
+from infrarsi.controller.campaign.inputs import lock_scope_inputs
 from infrarsi.controller.campaign.scope import lock_scope
 from infrarsi.controller.campaign.sourcetree import prepare_source, remove_source
 from infrarsi.controller.campaign.trialspec import build_spec, judge_spec_dict, trial_dirs
@@ -239,7 +240,7 @@ class CampaignEngine:
             plan = render_launch(contract, config)
             try:
                 workdir = prepare_source(Path(c.repo_path), scope["commit"], src, patches, plan.config_edits,
-                                         scope.get("prefix", ""))
+                                         scope.get("prefix", ""), inputs=scope.get("inputs"))
             except PatchError as exc:  # blamed on the patch set, not the campaign: recorded as a failed trial
                 self.store.mark_finished(t.id, "crash", f"patch conflict: {exc}", None, None)
                 return
@@ -277,6 +278,7 @@ class CampaignEngine:
             raise InfrarsiError(f"contract digest {digest[:12]} does not match the submitted {c.contract_digest[:12]}")
         scope = lock_scope(Path(c.repo_path), contract, digest)
         scope["judge_spec"] = judge_spec_dict(contract, scope)
+        scope["inputs"] = lock_scope_inputs(Path(c.repo_path), contract, scope, Path(c.workdir), self.settings)
         Path(c.workdir).mkdir(parents=True, exist_ok=True)
         self.store.update_campaign(c.id, scope=scope, state="doctor")
         refused = scope.get("refused_patches") or {}
@@ -325,6 +327,7 @@ class CampaignEngine:
             "header_extra": obs[ok[0].id].details.get("header_extra") or {},
         }
         doctor.update(self._experience_snapshot(c, contract))
+        doctor.update(proposing.runner_of(self).doctor_priors(c, doctor))  # proposers' knob priors, frozen here
         self.store.update_campaign(c.id, doctor=doctor, state="run")
         self.progress(f"[{c.id}] doctor: reference {doctor['t0'] * 1000:.1f} ms/update, sigma_pair "
                       f"{noise.sigma_pair:.4f}, promotion margin {noise.promotion_margin * 100:.2f}%")
@@ -355,15 +358,17 @@ class CampaignEngine:
         out_of_budget = len(trials) >= c.budget_trials or self._spent_gpu_hours(c) >= c.budget_gpu_hours
         if not out_of_budget:
             slots = min(self._slots(c, c.budget_trials), c.budget_trials - len(trials))
+            proposers = proposing.runner_of(self)  # patches asked of llm/agent proposers (controller/campaign/proposing.py)
+            proposers.step(c, lambda: self.controller(self.store.get_campaign(c.id)), live)
             if slots > 0:
-                ctrl = self.controller(c)
+                ctrl = self.controller(self.store.get_campaign(c.id))
                 pending = [searchglue.candidate_of(t) for t in live]
                 cands = ctrl.ask(slots, pending=pending)
                 for cand in cands:
                     self._new_trial(c, "search", cand)
                 if cands:
                     return
-                out_of_budget = not live
+                out_of_budget = not live and not proposers.busy(c.id)
         if not live and out_of_budget:
             self.store.update_campaign(c.id, state="verify")
             self.progress(f"[{c.id}] search done after {len(trials)} trials; verifying back to back")

@@ -69,8 +69,13 @@ def export_commit(repo: Path, commit: str, dest: Path, env: dict[str, str]) -> N
 
 
 def prepare_source(repo: Path, commit: str, src: Path, patches: list[tuple[str, str]],
-                   config_edits: dict[str, dict[str, Any]], prefix: str = "") -> Path:
+                   config_edits: dict[str, dict[str, Any]], prefix: str = "",
+                   inputs: list[dict[str, Any]] | None = None) -> Path:
     """Create ``src`` as an export of ``commit`` (no ``.git``) and apply ``patches`` then ``config_edits``.
+
+    ``inputs``: the scope's locked read-only inputs (:mod:`infrarsi.controller.campaign.inputs`): each is re-checked
+    against its manifest first (InputChanged, a ScopeError naming the file, when one changed since ``init``) and
+    gets an empty mount point in the tree, which the exec wrapper binds the input over read-only.
 
     ``prefix`` is the target repo's path inside its git work tree (a project in a monorepo); patches and
     config paths are relative to it.  Returns the job's working directory (``src/prefix``).  Idempotent: an
@@ -79,6 +84,10 @@ def prepare_source(repo: Path, commit: str, src: Path, patches: list[tuple[str, 
     commit cannot be read.  Nothing is written into ``repo``.
     """
     repo, src = Path(repo), Path(src)
+    if inputs:
+        from infrarsi.controller.campaign.inputs import check_inputs
+
+        check_inputs(inputs)
     if os.path.lexists(src):
         remove_source(repo, src)
     src.parent.mkdir(parents=True, exist_ok=True)
@@ -94,6 +103,10 @@ def prepare_source(repo: Path, commit: str, src: Path, patches: list[tuple[str, 
         apply_patches(workdir, patches)
     if config_edits:
         apply_config_edits(workdir, config_edits)
+    if inputs:
+        from infrarsi.controller.campaign.inputs import make_mount_points
+
+        make_mount_points(src, workdir, inputs)
     return workdir
 
 

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from infrarsi.controller.campaign.inputs import mount_points
 from infrarsi.controller.contract.launch import render_launch
 from infrarsi.controller.contract.model import Contract
 from infrarsi.controller.executors.base import TrialSpec
@@ -92,6 +93,7 @@ def build_spec(contract: Contract, scope: dict[str, Any], config: dict[str, Any]
         updates=contract.trial.updates,
         disk_limit_gib=DISK_LIMIT_GIB,
         isolation=isolation_mode(),
+        ro_inputs=tuple(mount_points(Path(workdir), scope.get("inputs"))),
     )
 
 

@@ -76,6 +76,8 @@ class TrialSpec:
     disk_limit_gib: float | None = 20.0
     #: ``bwrap`` (default) or ``none`` (explicit opt-out: the job runs unsandboxed)
     isolation: str = "bwrap"
+    #: read-only inputs ``(host path, path the job sees)`` (the contract's ``inputs:``; the wrapper's ``--ro-input``)
+    ro_inputs: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.trial_id:

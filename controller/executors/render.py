@@ -111,6 +111,8 @@ def wrapper_argv(spec: TrialSpec, python: str, wrapper: Sequence[str] | None = N
         cmd += ["--max-updates", str(int(spec.updates))]
     if spec.disk_limit_gib is not None:
         cmd += ["--disk-limit-gib", repr(float(spec.disk_limit_gib))]
+    for host, dest in spec.ro_inputs:
+        cmd += ["--ro-input", str(host), str(dest)]
     names = sorted({name for name, _ in spec.env})
     if names:
         cmd += ["--pass-env", ",".join(names)]
