@@ -358,10 +358,11 @@ class CampaignEngine:
         out_of_budget = len(trials) >= c.budget_trials or self._spent_gpu_hours(c) >= c.budget_gpu_hours
         if not out_of_budget:
             slots = min(self._slots(c, c.budget_trials), c.budget_trials - len(trials))
-            proposers = proposing.runner_of(self)  # patches asked of llm/agent proposers (controller/campaign/proposing.py)
-            proposers.step(c, lambda: self.controller(self.store.get_campaign(c.id)), live)
+            proposers = proposing.runner_of(self)  # patches asked of llm/agent proposers (campaign/proposing.py)
+            if proposers.step(c, lambda: self.controller(c), live):
+                c = self.store.get_campaign(c.id)  # answers recorded: their patches are in the scope now
             if slots > 0:
-                ctrl = self.controller(self.store.get_campaign(c.id))
+                ctrl = self.controller(c)
                 pending = [searchglue.candidate_of(t) for t in live]
                 cands = ctrl.ask(slots, pending=pending)
                 for cand in cands:

@@ -51,14 +51,27 @@ class RepeatScore:
     crashes: int
 
 
-def run_repeat(land: Landscape, strategy: str, seed: int, trials: int, peak: float, q: int = 1,
-               slots: int | None = None, priors: str | None = None) -> RepeatScore:
-    """One seeded search of one strategy on one landscape, scored against the truth.
+@dataclass
+class SimulatedCampaign:
+    """One simulated campaign on a landscape: the doctor's calibration and the search with its promotion."""
+
+    noise: Any
+    t0: float
+    reference_peak_mem_gib: float | None
+    doctor_gpu_hours: float
+    doctor_wall_hours: float
+    result: Any  # runner.SearchResult
+
+
+def simulate_campaign(land: Landscape, strategy: str, seed: int, trials: int, q: int = 1, slots: int | None = None,
+                      priors: str | None = None, experience: list[dict] | None = None) -> SimulatedCampaign:
+    """Doctor (``DOCTOR_RUNS`` noisy reference runs) and one seeded search of ``strategy`` with its promotion.
 
     ``slots`` set: asynchronous search with that many concurrent trials (``q`` ignored).  ``priors`` set
     (``none``/``calibrated``/``miscalibrated``, infrarsi strategies only): the knob, memory and patch priors
     come from the simulated proposer of :mod:`infrarsi.controller.search.simulated_proposer` instead of the
-    landscape's stated ones.
+    landscape's stated ones.  ``experience`` (infrarsi strategies only): records for
+    ``SearchController(experience=...)``, e.g. from :mod:`infrarsi.controller.experience.retrieval`.
     """
     rng = np.random.default_rng([seed, 20261129])
     evaluate = land.evaluator(rng)
@@ -77,10 +90,13 @@ def run_repeat(land: Landscape, strategy: str, seed: int, trials: int, peak: flo
     doctor_wall *= math.ceil(DOCTOR_RUNS / width)
     noise = calibrate(runs)
     t0 = float(np.exp(np.mean([np.mean(np.log(r)) for r in runs])))
+    ref_mem = float(np.mean(mems)) if mems else None
     kwargs: dict[str, Any] = {}
     space = land.space
     if strategy.startswith("infrarsi"):
-        kwargs["reference_peak_mem_gib"] = float(np.mean(mems)) if mems else None
+        kwargs["reference_peak_mem_gib"] = ref_mem
+        if experience:
+            kwargs["experience"] = list(experience)
         if priors is not None:
             from infrarsi.controller.search.simulated_proposer import simulated_priors
 
@@ -92,14 +108,20 @@ def run_repeat(land: Landscape, strategy: str, seed: int, trials: int, peak: flo
     strat = make_strategy(strategy, space, noise, t0, land.capacity_gib, seed=seed, parallel=width > 1, **kwargs)
     result = run_search(land.space, evaluate, trials, q, strategy=strat, slots=slots,
                         duration=lambda _c, o: o.gpu_hours / land.gpus)
+    return SimulatedCampaign(noise, t0, ref_mem, hours, doctor_wall, result)
+
+
+def score_campaign(land: Landscape, camp: SimulatedCampaign, peak: float) -> RepeatScore:
+    """Score a simulated campaign against the landscape's noise-free truth (see the module docstring)."""
+    result = camp.result
     target = 0.9 * math.log(peak) if peak > 1.0 else 0.0
     t90 = h90 = w90 = None
-    cum = hours
+    cum = camp.doctor_gpu_hours
     for i, ((_, o), best, wall) in enumerate(zip(result.trials, result.best_after, result.wall_after)):
         cum += o.gpu_hours
         sp = land.true_speedup(best) if best is not None else None
         if sp is not None and math.log(sp) >= target:
-            t90, h90, w90 = i + 1, cum, doctor_wall + wall
+            t90, h90, w90 = i + 1, cum, camp.doctor_wall_hours + wall
             break
     promoted = result.promotion.candidate
     final = land.true_speedup(promoted)
@@ -107,6 +129,14 @@ def run_repeat(land: Landscape, strategy: str, seed: int, trials: int, peak: flo
     return RepeatScore(t90, h90, w90, 1.0 if final is None else final, false,
                        sum(o.status == "oom" for _, o in result.trials),
                        sum(o.status in ("crash", "rejected") for _, o in result.trials))
+
+
+def run_repeat(land: Landscape, strategy: str, seed: int, trials: int, peak: float, q: int = 1,
+               slots: int | None = None, priors: str | None = None,
+               experience: list[dict] | None = None) -> RepeatScore:
+    """One seeded search of one strategy on one landscape, scored against the truth (see
+    :func:`simulate_campaign` for the arguments)."""
+    return score_campaign(land, simulate_campaign(land, strategy, seed, trials, q, slots, priors, experience), peak)
 
 
 def _median_or_none(xs: Sequence[float | None]) -> float | None:
