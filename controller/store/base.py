@@ -31,6 +31,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable, Sequence
 
 from infrarsi.controller.errors import StoreError
+from infrarsi.controller.experience.records import Effect, Environment, Observation
 from infrarsi.controller.store.records import (
     AuditEvent, CampaignRecord, LeaseRecord, Ingest, ObservationRecord, StoredReceipt, TrialRecord, VerdictItem, WorkloadRecord,
 )
@@ -198,6 +199,48 @@ class Store(ABC):
     @abstractmethod
     def experience(self, workload_class: str | None = None, gpu: str | None = None) -> list[dict[str, Any]]:
         """Experience rows, optionally filtered."""
+
+    # experience protocol (migration 0005; records in infrarsi.controller.experience.records) ------------------
+    # Contract: every write is idempotent on a unique key (environment digest; observation (campaign, trial);
+    # effect (campaign, trial, mechanism, value)): writing a record again, or after a crash half-way, never
+    # duplicates one and returns how many rows were new.  Reads hand out frozen records; effects carry ``env``.
+    @abstractmethod
+    def add_environment(self, env: "Environment") -> str:
+        """Get-or-create ``env`` by its digest; returns the digest."""
+
+    @abstractmethod
+    def environments(self, digests: Sequence[str] | None = None) -> dict[str, "Environment"]:
+        """Stored environments by digest (all, or those of ``digests`` that exist)."""
+
+    @abstractmethod
+    def add_observations(self, observations: Sequence["Observation"], campaign_id: int | None = None) -> int:
+        """Store observations (their environment must exist: ValueError naming the digest otherwise); ``campaign_id``
+        links them to a local campaign (row-level security, prune).  Returns the number newly stored."""
+
+    @abstractmethod
+    def add_effects(self, effects: Sequence["Effect"], campaign_id: int | None = None) -> int:
+        """Store effects; an effect's ``env``, when set, is stored first (get-or-create), otherwise its environment
+        digest must exist (ValueError).  All or nothing; returns the number newly stored (duplicates are skipped)."""
+
+    @abstractmethod
+    def effects(self, *, mechanisms: Sequence[str] | None = None, framework: str | None = None,
+                model_family: str | None = None, gpu_sku: str | None = None, campaign: str | None = None,
+                campaign_id: int | None = None, tiers: Sequence[str] | None = None,
+                before: Any = None) -> list["Effect"]:
+        """Effects matching every given filter (environment fields through the referenced environment), oldest
+        first, each with ``env`` filled in."""
+
+    @abstractmethod
+    def experience_observations(self, *, campaign: str | None = None, campaign_id: int | None = None,
+                                environment: str | None = None) -> list["Observation"]:
+        """Experience observations matching every given filter, oldest first."""
+
+    @abstractmethod
+    def prune_experience(self, *, before: Any = None, gpu_sku: str | None = None, campaign: str | None = None,
+                         campaign_id: int | None = None) -> dict[str, int]:
+        """Delete effects and observations matching every given filter (created before ``before``, measured on
+        ``gpu_sku``, from ``campaign`` label or local ``campaign_id``), then environments nothing references.
+        ValueError without any filter.  Returns counts {effects, observations, environments}."""
 
     # coordination -----------------------------------------------------------
     @abstractmethod

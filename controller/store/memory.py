@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Sequence
 
 from infrarsi.controller.store.base import FencedError, LeaderLease, Store
+from infrarsi.controller.store.experience_memory import ExperienceMemoryMixin
 from infrarsi.controller.store.lease import DEFAULT_LEASE_S, DEFAULT_NAME, new_holder_id
 from infrarsi.controller.store.records import (
     AuditEvent, CampaignRecord, Ingest, LeaseRecord, ObservationRecord, StoredReceipt, TrialRecord, VerdictItem,
@@ -85,6 +86,7 @@ class MemoryDatabase:
     costs: list[_Cost] = field(default_factory=list)
     events: list[AuditEvent] = field(default_factory=list)
     experience: list[dict[str, Any]] = field(default_factory=list)
+    exp: dict[str, Any] = field(default_factory=dict)  # experience protocol (store/experience_memory.py)
     leases: dict[str, _Lease] = field(default_factory=dict)
     _ids: dict[str, int] = field(default_factory=dict)
 
@@ -160,7 +162,7 @@ class MemoryLease(LeaderLease):
                               "refusing to write")
 
 
-class MemoryStore(Store):
+class MemoryStore(ExperienceMemoryMixin, Store):
     """The in-memory store over ``db`` (a fresh database when None); see the module docstring for the contract."""
 
     def __init__(self, db: MemoryDatabase | None = None, identity: str | None = None):

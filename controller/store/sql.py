@@ -16,6 +16,7 @@ from infrarsi.controller.errors import StoreError
 from infrarsi.controller.faults import crash_point
 from infrarsi.controller.store import models as m
 from infrarsi.controller.store.base import LeaderLease, Store
+from infrarsi.controller.store.experience_sql import ExperienceSqlMixin
 from infrarsi.controller.store.lease import LeaseConfig, SqlLease, read_lease
 from infrarsi.controller.store.migrate import current_revision, head_revision, safe_url, upgrade
 from infrarsi.controller.store.records import (
@@ -83,7 +84,7 @@ def _workload(row: m.Workload) -> WorkloadRecord:
     return _snap(WorkloadRecord, row)
 
 
-class SqlStore(Store):
+class SqlStore(ExperienceSqlMixin, Store):
     """Store on any SQLAlchemy URL.  The schema must be at the Alembic head (see :func:`open_store`)."""
 
     def __init__(self, url: str, engine: Engine | None = None):
