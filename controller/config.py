@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infrarsi.controller.errors import InfrarsiError
+from infrarsi.controller.proposers.spec import ProposersSpec
 
 
 class ExecutorConfig(BaseModel):
@@ -24,7 +25,8 @@ class ExecutorConfig(BaseModel):
 
 
 class DaemonConfig(BaseModel):
-    """``executor`` (name + keyword options of SlurmExecutor/LocalExecutor), ``scratch_dir``, ``partition_limits``."""
+    """``executor`` (name + keyword options of SlurmExecutor/LocalExecutor), ``scratch_dir``, ``partition_limits``,
+    ``isolation``, ``proposers`` (the site default)."""
 
     model_config = ConfigDict(extra="forbid")
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
@@ -32,6 +34,9 @@ class DaemonConfig(BaseModel):
     partition_limits: dict[str, int] = Field(default_factory=dict)
     #: ``bwrap`` (default) or ``none``: see infrarsi.controller.settings.isolation_mode
     isolation: str | None = None
+    #: site default ``proposers:`` for contracts without their own section (same form as the contract's;
+    #: see infrarsi.controller.campaign.proposing.effective_proposers).  Unset: the patch folder only.
+    proposers: ProposersSpec | None = None
 
 
 @lru_cache(maxsize=4)
