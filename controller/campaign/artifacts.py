@@ -169,10 +169,21 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
         "cost": {"by_stage": by_stage, "total_gpu_hours": total, "failed_gpu_hours": failed,
                  "rejected_gpu_hours": rejected_h, "budget_gpu_hours": c.budget_gpu_hours,
                  "share_of_budget": total / c.budget_gpu_hours if c.budget_gpu_hours else None},
+        "proposers": _proposers(engine, c),
         "memory_table": memory_table,
         "search": search,
         "promotion": {k: v for k, v in promo.items() if k != "candidate"},
     }
+
+
+def _proposers(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
+    """result.json's ``proposers`` (cost ledger and patch provenance); a report never fails because of it."""
+    from infrarsi.controller.campaign.proposing import proposers_result
+
+    try:
+        return proposers_result(engine, c)
+    except Exception as exc:  # noqa: BLE001 - the rest of the report still matters
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def pack_yaml(engine: "CampaignEngine", c: CampaignRecord, result: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from infrarsi.controller.report.fmt import DASH, fx, gib, gpuh, ms, num, pct, sci, table, text
+from infrarsi.controller.report.proposers import proposers_section
 from infrarsi.controller.report.sections import (
     cost_section,
     memory_section,
@@ -33,6 +34,7 @@ SECTIONS = (
     "## Promoted configuration",
     "## Verifier verdicts",
     "## Cost ledger",
+    "## Proposers",
     "## Memory model",
     "## Refused patches",
     "## Trials",
@@ -78,7 +80,7 @@ def render_report(result: dict[str, Any]) -> str:
         raise TypeError(f"result must be a dict, got {type(result).__name__}")
     parts = [
         _title(result), _result(result), _mfu(result), _noise(result), _promoted(result), _verdicts(result),
-        cost_section(result), memory_section(result), refused_section(result), trials_section(result),
+        cost_section(result), proposers_section(result), memory_section(result), refused_section(result), trials_section(result),
         promotion_section(result), plot_section(PLOT_NAME),
     ]
     return "\n\n".join(p.rstrip() for p in parts) + "\n"
