@@ -1,5 +1,12 @@
 """Classification of a job's output lines: CUDA/NCCL errors, tracebacks, out-of-memory.
 
+Error *lines* are matched, never variable names or echoed configuration: before the patterns run,
+:func:`error_text` blanks ``NAME=value`` assignments, quoted mapping keys (``"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"``)
+and identifiers containing an underscore (``NCCL_ASYNC_ERROR_HANDLING``, ``nccl_timeout``), except the error codes
+CUDA libraries print (``CUBLAS_STATUS_*``, ``CUDNN_STATUS_*``, ``CUDA_ERROR_*``, ``std::bad_alloc``).  NCCL's own
+``NCCL INFO`` lines are informational.  So a script that prints its environment (what torchrun, NCCL and Slurm set)
+or a JSON config line is not an error, while ``RuntimeError: NCCL error ...`` or ``CUDA out of memory`` still is.
+
 :func:`classify_line` is pure; :func:`parse_oom` extracts the allocator's requested
 and free GiB from PyTorch's "CUDA out of memory. Tried to allocate 2.00 GiB ...
 of which 1.10 GiB is free" message (MiB/KiB/GiB units accepted).
@@ -10,9 +17,20 @@ from __future__ import annotations
 import re
 
 _OOM = re.compile(r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|std::bad_alloc", re.I)
-_CUDA = re.compile(r"CUDA error|cudaError\w*|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|device-side assert|illegal memory access")
+_CUDA = re.compile(r"CUDA error|cudaError\w*|CUDA_ERROR_\w+|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|device-side assert|illegal memory access")
 _NCCL = re.compile(r"\bNCCL\b.*\b(error|WARN|timed? ?out|failure)\b|nccl\w*Error|ProcessGroupNCCL.*(Watchdog|timeout|error)", re.I)
 _TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
+#: ``NAME=value`` (env dumps, ``key=value`` logs; ``export`` optional), the value up to whitespace or quoted
+_ASSIGN = re.compile(r"(?<![\w.-])(?:export\s+)?[A-Za-z_][A-Za-z0-9_.]*=(?:'[^']*'|\"[^\"]*\"|\S*)")
+#: a quoted key of a JSON object / Python dict / YAML flow mapping: ``"name":`` or ``'name':``
+_QUOTED_KEY = re.compile(r"\"(?:[^\"\\]|\\.)*\"\s*:|'(?:[^'\\]|\\.)*'\s*:")
+#: identifiers with an underscore (environment variables, config keys, Python names) ...
+_UNDERSCORED = re.compile(r"\b[A-Za-z0-9]*_\w*")
+#: ... except the error codes CUDA libraries and C++ print
+_ERROR_CODE = re.compile(r"^(?:(?:CUBLAS|CUDNN|CUSPARSE|CUFFT|CURAND|CUSOLVER|NVRTC|NVJPEG)_STATUS_\w+|CUDA_ERROR_\w+"
+                         r"|bad_alloc)$")
+#: NCCL's informational output (NCCL_DEBUG=INFO): never an error, whatever setting it names
+_NCCL_INFO = re.compile(r"\bNCCL INFO\b")
 _SIZE = r"([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B)"
 _REQ = re.compile(r"Tried to allocate\s+" + _SIZE, re.I)
 _FREE = re.compile(r"(?:of which|with)\s+" + _SIZE + r"\s+(?:is\s+)?free", re.I)
@@ -24,15 +42,35 @@ def _gib(amount: str, unit: str) -> float:
     return float(amount) * _UNIT[unit[0].upper()]
 
 
+def _keep_code(m: re.Match[str]) -> str:
+    word = m.group(0)
+    return word if _ERROR_CODE.match(word) else " "
+
+
+def error_text(line: str) -> str:
+    """``line`` with what cannot be an error report blanked: assignments, quoted keys, underscored names.
+
+    The result is only for pattern matching (error lines keep their wording: ``RuntimeError: NCCL error in: ...,
+    unhandled system error (run with NCCL_DEBUG=INFO for details)`` still reads ``NCCL error``)."""
+    text = _ASSIGN.sub(" ", line)
+    text = _QUOTED_KEY.sub(" ", text)
+    return _UNDERSCORED.sub(_keep_code, text)
+
+
 def classify_line(line: str) -> str | None:
-    """``"oom"``, ``"cuda"``, ``"nccl"``, ``"traceback"`` or ``None`` for an ordinary line."""
-    if _OOM.search(line):
+    """``"oom"``, ``"cuda"``, ``"nccl"``, ``"traceback"`` or ``None`` for an ordinary line.
+
+    Matched on :func:`error_text` of the line, so environment dumps and echoed configuration are ordinary."""
+    if _NCCL_INFO.search(line):
+        return None
+    text = error_text(line)
+    if _OOM.search(text):
         return "oom"
     if _TRACEBACK.search(line):
         return "traceback"
-    if _NCCL.search(line):
+    if _NCCL.search(text):
         return "nccl"
-    if _CUDA.search(line):
+    if _CUDA.search(text):
         return "cuda"
     return None
 
