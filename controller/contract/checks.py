@@ -154,6 +154,13 @@ def semantic_problems(contract: Contract, base_dir: Path) -> list[tuple[Loc, str
             for key in knob.render:
                 if key not in written:
                     out.append((("knobs", i, "render", key), f"'{key}' is not one of values {_fmt_values(knob.values)}"))
+        if knob.canonical:
+            from infrarsi.controller.experience.mechanisms import value_key
+
+            keys = {value_key(v) for v in knob.values} | {str(v) for v in knob.values}
+            for key in knob.canonical:
+                if key not in keys:
+                    out.append((("knobs", i, "canonical", key), f"'{key}' is not one of values {_fmt_values(knob.values)}"))
         if knob.kind == "ordered" and not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in knob.values):
             out.append((("knobs", i, "kind"), "an ordered knob needs numeric values"))
         try:

@@ -51,6 +51,15 @@ MAX_GPU_HOURS = 1e7
 Scalar = Union[bool, int, float, str]
 
 
+def _canonical_map(v: Any) -> Any:
+    """Knob.canonical keys and values as strings (YAML gives booleans and numbers for unquoted keys)."""
+    if not isinstance(v, dict):
+        return v
+    from infrarsi.controller.experience.mechanisms import value_key
+
+    return {value_key(k): value_key(c) for k, c in v.items()}
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -184,9 +193,10 @@ class Knob(_Strict):
         "ordered: numeric values where neighbours behave alike (the search steps along them); categorical: "
         "unrelated choices."))
     mechanism: str | None = Field(default=None, max_length=MAX_NAME_CHARS, description=(
-        "What the knob changes, in canonical words (micro_batch, grad_accum, precision, compile, attention, "
-        "fused_optimizer, activation_checkpointing, tf32, ...). Only a phase name (optimizer, "
-        "forward+backward) changes the search: the knob's prior is capped by that phase's Amdahl ceiling."))
+        "What the knob changes: a mechanism of the catalog or one of its aliases (micro_batch, grad_accum, "
+        "mixed_precision, graph_compile, attention_kernel, optimizer_fusion, activation_checkpointing, tf32, ...; "
+        "docs/experience.md), which keys the experience bank. A phase name (optimizer, forward+backward) instead "
+        "caps the knob's prior by that phase's Amdahl ceiling."))
     batch_factor: bool = Field(
         default=False,
         description="True when the value multiplies the samples per optimizer update (micro-batch, grad accumulation).",
@@ -195,6 +205,12 @@ class Knob(_Strict):
         "How values become text on the command line or in the environment: a style for booleans (python: "
         "True/False, lower: true/false, int: 1/0) or a mapping from a value as written to its text, e.g. "
         "{true: 'True', false: 'False'}. Default: numbers and strings as written, booleans as true/false."))
+    canonical: Annotated[dict[str, str] | None, BeforeValidator(_canonical_map)] = Field(
+        default=None, description=(
+            "Experience bank: maps a value (as a string; booleans true/false) to its canonical value for the knob's "
+            "mechanism, e.g. {fa: flash, '1': 'on'}, so records move between repositories whose flags spell values "
+            "differently. Unmapped values are canonical as they are (docs/experience.md)."),
+        examples=["canonical: {fa2: flash, eager: naive}"])
     priors: list[KnobPrior] = Field(default_factory=list, max_length=MAX_VALUES, description=(
         "Optional beliefs per value (log_speedup, spread, memory_gib) that seed the time and memory models; "
         "verified experience from earlier campaigns overrides log_speedup."))
