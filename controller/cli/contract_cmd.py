@@ -56,6 +56,37 @@ def check(files: tuple[str, ...], as_json: bool) -> None:
         sys.exit(1)
 
 
+@contract.command("scaffold", context_settings={"ignore_unknown_options": True})
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the contract here (default: print it); repo: is made relative to its folder.")
+@click.option("--repo", type=click.Path(file_okay=False, exists=True), default=None,
+              help="The training repository's root (default: the git work tree holding the script).")
+@click.option("--name", default=None, help="Contract name (default: the repository folder's name).")
+@click.option("--gpus", type=click.IntRange(0, 64), default=None,
+              help="gpus_per_node (default: torchrun's --nproc_per_node, else 1; 0 for a CPU job).")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def scaffold_cmd(output: str | None, repo: str | None, name: str | None, gpus: int | None,
+                 command: tuple[str, ...]) -> None:
+    """Propose a contract from a launch command: infrarsi contract scaffold -- python train.py --batch_size=12
+
+    The script is read (argparse calls or configurator-style module globals), never run.  Review the TODO
+    comments, then run `infrarsi contract check` on the result.
+    """
+    from pathlib import Path
+
+    from infrarsi.controller.contract.scaffold import scaffold
+
+    out = Path(output) if output else None
+    text = scaffold(list(command), repo=Path(repo) if repo else None, output=out, name=name, gpus=gpus).yaml()
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    if out.exists():
+        raise click.UsageError(f"{out} exists; remove it or choose another --output")
+    out.write_text(text)
+    click.echo(f"wrote {out}; review its TODO comments, then: infrarsi contract check {out}", err=True)
+
+
 @contract.command("reference")
 def reference() -> None:
     """Print the contract reference in Markdown (docs/contract.md is this output)."""

@@ -175,18 +175,47 @@ def _argparse_settings(tree: ast.AST) -> dict[str, Setting]:
     return out
 
 
+_ARITH = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+          ast.FloorDiv: lambda a, b: a // b, ast.Div: lambda a, b: a / b, ast.Mod: lambda a, b: a % b}
+
+
+def _const_eval(node: ast.AST, env: dict[str, Any], depth: int = 0) -> Any:
+    """A literal, or integer/float arithmetic (+ - * / // %) over literals and earlier globals
+    (``gradient_accumulation_steps = 5 * 8``); UNKNOWN for anything else."""
+    if depth > 20:
+        return UNKNOWN
+    if isinstance(node, ast.Name):
+        return env.get(node.id, UNKNOWN)
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
+        a, b = _const_eval(node.left, env, depth + 1), _const_eval(node.right, env, depth + 1)
+        if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b)):
+            try:
+                value = _ARITH[type(node.op)](a, b)
+            except (ArithmeticError, ValueError):
+                return UNKNOWN
+            return value if abs(value) < 2**53 else UNKNOWN
+        return UNKNOWN
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        v = _const_eval(node.operand, env, depth + 1)
+        return -v if isinstance(v, (int, float)) and not isinstance(v, bool) else UNKNOWN
+    return _literal(node)
+
+
 def _module_globals(tree: ast.Module) -> dict[str, Any]:
-    """Module-level ``name = literal`` assignments, in order (later ones win)."""
+    """Module-level ``name = value`` assignments whose value is a scalar literal or constant arithmetic, in order
+    (later ones win)."""
     out: dict[str, Any] = {}
     for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            value = _literal(node.value)
+        target: ast.AST | None = None
+        value_node: ast.AST | None = None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value_node = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value_node = node.target, node.value
+        if isinstance(target, ast.Name) and value_node is not None:
+            value = _const_eval(value_node, out)
             if value is not UNKNOWN and isinstance(value, (bool, int, float, str)):
-                out[node.targets[0].id] = value
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-            value = _literal(node.value)
-            if value is not UNKNOWN and isinstance(value, (bool, int, float, str)):
-                out[node.target.id] = value
+                out[target.id] = value
     return out
 
 

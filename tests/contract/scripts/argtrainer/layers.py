@@ -1,0 +1,5 @@
+"""Layers (editable)."""
+
+
+class Block:
+    pass

@@ -1,0 +1,1 @@
+"""The model (editable by patches)."""
