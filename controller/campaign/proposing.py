@@ -151,6 +151,14 @@ class ProposerRunner:
         workdir = prepare_source(Path(c.repo_path), scope["commit"], src, [], {}, scope.get("prefix", ""))
         proposers = build_proposers(spec, contract=contract, repo=Path(workdir), workdir=base / "scratch",
                                     isolation=isolation_mode())
+        spent: dict[str, list[float]] = {}
+        for r in self.engine.store.proposer_requests(c.id):  # budgets count what earlier processes spent
+            acc = spent.setdefault(r.proposer, [0, 0.0])
+            acc[0] += r.tokens_in + r.tokens_out
+            acc[1] += r.usd or 0.0
+        for p in proposers:
+            if p.name in spent and hasattr(p, "seed_spent"):
+                p.seed_spent(int(spent[p.name][0]), float(spent[p.name][1]))
         st = _CampaignState(proposers=proposers, spec=spec, src=Path(workdir))
         self._campaigns[c.id] = st
         return st
@@ -195,7 +203,7 @@ class ProposerRunner:
             futs = [self._submit(_safe_propose, p, ctx) for p in askers[i:i + width]]
             outcomes += [f.result() for f in futs]
         for o in outcomes:
-            self._ledger(c, o, "doctor")
+            self._ledger(c, o, "doctor", "priors")
         rows, dropped = merge_priors(contract, outcomes, doctor.get("reference_peak_mem_gib"))
         for o in outcomes:
             self.engine.progress(f"[{c.id}] proposer {o.proposer}: {'ok' if o.ok else 'failed'}"
@@ -275,7 +283,7 @@ class ProposerRunner:
         """Record one answer: ledger row first, then the scope (accepted patches, provenance, refusals, round)."""
         from infrarsi.controller.patches.intake import check_patch
 
-        self._ledger(c, o, "run")
+        self._ledger(c, o, "run", req.kind)
         contract = self.engine.contract(c)
         fresh = self.engine.store.get_campaign(c.id)
         scope = dict(fresh.scope or {})
@@ -323,17 +331,14 @@ class ProposerRunner:
         self.engine.progress(f"[{c.id}] proposer {o.proposer} ({req.kind}): {len(accepted)} patch(es) accepted, "
                              f"{len(refused_now)} refused{tail}")
 
-    def _ledger(self, c: CampaignRecord, o: "ProposerOutcome", stage: str) -> None:
-        store = self.engine.store
-        add = getattr(store, "add_proposer_request", None)
-        if add is not None:
-            add(c.id, o, stage=stage)
-        else:  # a store without the ledger table: keep the cost visible as an event
-            store.add_event("proposer.request", {"proposer": o.proposer, "kind": o.kind, "model": o.model,
-                                                 "ok": o.ok, "reason": o.reason, "tokens_in": o.tokens_in,
-                                                 "tokens_out": o.tokens_out, "usd": o.usd, "wall_s": o.wall_s,
-                                                 "prompt_digest": o.prompt_digest, "stage": stage},
-                            campaign_id=c.id)
+    def _ledger(self, c: CampaignRecord, o: "ProposerOutcome", stage: str, request: str) -> None:
+        """One proposer-ledger row (tokens, USD when priced, wall time, outcome) for one answered request."""
+        prop = o.proposal if o.ok else None
+        self.engine.store.add_proposer_request(
+            c.id, stage=stage, proposer=o.proposer, kind=o.kind, request=request, model=o.model or "-",
+            tokens_in=int(o.tokens_in), tokens_out=int(o.tokens_out), usd=o.usd, wall_s=float(o.wall_s),
+            outcome=o.outcome, reason=o.reason, prompt_digest=o.prompt_digest,
+            n_priors=len(prop.priors) if prop else 0, n_patches=len(prop.patches) if prop else 0)
 
     # ---------------------------------------------------------------- prompt context
     def context(self, c: CampaignRecord, kind: str, *, doctor: dict[str, Any] | None = None,
@@ -498,16 +503,12 @@ def proposers_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, A
     """result.json's ``proposers`` section: the ledger (per request and per proposer, with tokens, USD when priced
     and wall time), every proposed patch with its provenance and fate, and the priors frozen at doctor."""
     scope, doctor = c.scope or {}, c.doctor or {}
+    import dataclasses
+
     requests: list[dict[str, Any]] = []
-    rows = getattr(engine.store, "proposer_requests", None)
-    if rows is not None:
-        for r in rows(c.id):
-            d = r.__dict__ if hasattr(r, "__dict__") else dict(r)
-            requests.append({k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in d.items()})
-    else:
-        for e in engine.store.events(c.id, limit=10_000):
-            if e["kind"] == "proposer.request":
-                requests.append(dict(e["payload"] or {}))
+    for r in engine.store.proposer_requests(c.id):
+        d = dataclasses.asdict(r)
+        requests.append({k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in d.items()})
     by: dict[str, dict[str, Any]] = {}
     for r in requests:
         name = r.get("proposer") or "?"
@@ -515,8 +516,7 @@ def proposers_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, A
                                  "ok": 0, "failed": 0, "tokens_in": 0, "tokens_out": 0, "usd": None,
                                  "wall_s": 0.0})
         b["requests"] += 1
-        ok = r.get("ok") if "ok" in r else r.get("outcome") == "ok"
-        b["ok" if ok else "failed"] += 1
+        b["ok" if r.get("outcome") == "ok" else "failed"] += 1
         b["tokens_in"] += int(r.get("tokens_in") or 0)
         b["tokens_out"] += int(r.get("tokens_out") or 0)
         if r.get("usd") is not None:
