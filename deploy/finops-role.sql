@@ -18,5 +18,6 @@ SELECT format('GRANT USAGE ON SCHEMA public TO %I', :'role') \gexec
 SELECT format('REVOKE ALL ON ALL TABLES IN SCHEMA public FROM %I', :'role') \gexec
 SELECT format('REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM %I', :'role') \gexec
 SELECT format('GRANT SELECT ON %I TO %I', v, :'role')
-FROM unnest(ARRAY['finops_failed_gpu_hours', 'finops_campaign_cost', 'finops_cost_per_verified_pct']) AS v \gexec
+FROM unnest(ARRAY['finops_failed_gpu_hours', 'finops_campaign_cost', 'finops_cost_per_verified_pct',
+                   'finops_llm_cost', 'finops_proposer_cost']) AS v \gexec
 SELECT format('ALTER ROLE %I SET default_transaction_read_only = on', :'role') \gexec

@@ -24,8 +24,8 @@ SELECT format('GRANT USAGE ON SCHEMA %I TO infrarsi_researcher, infrarsi_admin, 
 -- researchers: read what row-level security lets them see; write a campaign (owner forced to current_user)
 -- and events about their own campaigns; change a campaign only through infrarsi_cancel_campaign
 REVOKE ALL ON ALL TABLES IN SCHEMA public FROM infrarsi_researcher;
-GRANT SELECT ON alembic_version, workloads, campaigns, trials, receipts, verdicts, observations, cost_ledger, events
-    TO infrarsi_researcher;
+GRANT SELECT ON alembic_version, workloads, campaigns, trials, receipts, verdicts, observations, cost_ledger, events,
+    proposer_requests TO infrarsi_researcher;
 GRANT INSERT ON campaigns, events TO infrarsi_researcher;
 SELECT format('GRANT USAGE ON SEQUENCE %s TO infrarsi_researcher', pg_get_serial_sequence(t, 'id'))
 FROM unnest(ARRAY['campaigns', 'events']) AS t \gexec
@@ -43,12 +43,13 @@ GRANT SELECT ON experience TO infrarsi_admin;
 GRANT SELECT ON alembic_version TO infrarsi_daemon;
 GRANT SELECT, INSERT, UPDATE ON workloads, campaigns, trials, receipts, verdicts, observations, cost_ledger,
     experience TO infrarsi_daemon;
+GRANT SELECT, INSERT ON proposer_requests TO infrarsi_daemon;
 GRANT SELECT, INSERT ON events TO infrarsi_daemon;
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO infrarsi_daemon;
 -- = infrarsi.controller.store.lease.grant_sql('infrarsi_daemon'); nobody else gets the lease table
 GRANT SELECT, INSERT, UPDATE ON TABLE public.leader_lease TO "infrarsi_daemon";
 
--- finance: the three finops_* views and nothing else
+-- finance: the finops_* views and nothing else
 \set role infrarsi_finance
 \unset password
 \ir finops-role.sql

@@ -33,8 +33,39 @@ from typing import Any, Callable, Sequence
 from infrarsi.controller.errors import StoreError
 from infrarsi.controller.experience.records import Effect, Environment, Observation
 from infrarsi.controller.store.records import (
-    AuditEvent, CampaignRecord, LeaseRecord, Ingest, ObservationRecord, StoredReceipt, TrialRecord, VerdictItem, WorkloadRecord,
+    AuditEvent, CampaignRecord, LeaseRecord, Ingest, ObservationRecord, ProposerRequestRecord, StoredReceipt, TrialRecord,
+    VerdictItem, WorkloadRecord,
 )
+
+PROPOSER_OUTCOMES = ("ok", "failed")
+
+
+def clean_proposer_request(**f: Any) -> dict[str, Any]:
+    """The fields of one proposer-ledger row, checked and normalised (shared by every Store): counts are
+    non-negative integers, ``usd``/``wall_s`` finite and non-negative, ``reason`` one line of at most 500
+    characters, text fields cut to their column widths.  ValueError (one line) names the first bad field."""
+    import math
+
+    from infrarsi.controller.errors import one_line
+
+    if f["outcome"] not in PROPOSER_OUTCOMES:
+        raise ValueError(f"proposer request outcome must be ok or failed, not {str(f['outcome'])[:40]!r}")
+    for k in ("tokens_in", "tokens_out", "n_priors", "n_patches"):
+        v = f[k]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"proposer request {k} must be a non-negative integer, not {v!r}")
+    for k in ("usd", "wall_s"):
+        v = f[k]
+        if v is None and k == "usd":
+            continue
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"proposer request {k} must be a finite number >= 0, not {v!r}")
+        f[k] = float(v)
+    widths = {"stage": 20, "proposer": 60, "kind": 20, "request": 20, "model": 200, "prompt_digest": 64}
+    for k, w in widths.items():
+        f[k] = str(f[k])[:w]
+    f["reason"] = one_line(f["reason"] or "", 500)
+    return f
 
 
 class FencedError(StoreError):
@@ -184,12 +215,26 @@ class Store(ABC):
         """Record LLM tokens spent by a proposer (a cost row without a trial)."""
 
     @abstractmethod
+    def add_proposer_request(self, campaign_id: int, *, stage: str, proposer: str, kind: str, request: str,
+                             model: str, tokens_in: int, tokens_out: int, usd: float | None, wall_s: float,
+                             outcome: str, reason: str, prompt_digest: str, n_priors: int = 0,
+                             n_patches: int = 0) -> ProposerRequestRecord:
+        """Append one proposer-ledger row (and, when tokens were spent, a cost row with ``llm_tokens`` at
+        ``stage``) in one transaction.  ``reason`` is cut to one line of at most 500 characters.  ValueError
+        (one line) for an outcome other than ok/failed or a negative count; StoreError for an unknown campaign."""
+
+    @abstractmethod
+    def proposer_requests(self, campaign_id: int) -> list[ProposerRequestRecord]:
+        """The proposer-ledger rows of one campaign, oldest first."""
+
+    @abstractmethod
     def cost_by_stage(self, campaign_id: int) -> list[dict[str, Any]]:
         """GPU-hours per stage and failure class for one campaign."""
 
     @abstractmethod
     def finops(self, view: str) -> list[dict[str, Any]]:
-        """Rows of one finance view (``failed``, ``campaign_cost``, ``cost_per_pct``)."""
+        """Rows of one finance view (``failed``, ``campaign_cost``, ``cost_per_pct``, ``llm_cost``,
+        ``proposer_cost``)."""
 
     # experience bank --------------------------------------------------------
     @abstractmethod

@@ -28,15 +28,15 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Sequence
 
-from infrarsi.controller.store.base import FencedError, LeaderLease, Store
+from infrarsi.controller.store.base import FencedError, LeaderLease, Store, clean_proposer_request
 from infrarsi.controller.store.experience_memory import ExperienceMemoryMixin
 from infrarsi.controller.store.lease import DEFAULT_LEASE_S, DEFAULT_NAME, new_holder_id
 from infrarsi.controller.store.records import (
-    AuditEvent, CampaignRecord, Ingest, LeaseRecord, ObservationRecord, StoredReceipt, TrialRecord, VerdictItem,
-    WorkloadRecord,
+    AuditEvent, CampaignRecord, Ingest, LeaseRecord, ObservationRecord, ProposerRequestRecord, StoredReceipt,
+    TrialRecord, VerdictItem, WorkloadRecord,
 )
 
-FINOPS_VIEWS = ("failed", "campaign_cost", "cost_per_pct")
+FINOPS_VIEWS = ("failed", "campaign_cost", "cost_per_pct", "llm_cost", "proposer_cost")
 _CAMPAIGN_FIELDS = ("name", "workload_id", "owner", "contract_path", "contract_yaml", "contract_digest", "repo_path",
                     "workdir", "executor", "partition", "budget_gpu_hours", "budget_trials", "seed", "scope", "doctor",
                     "result", "delivered_speedup", "error", "sbatch")
@@ -86,6 +86,7 @@ class MemoryDatabase:
     costs: list[_Cost] = field(default_factory=list)
     events: list[AuditEvent] = field(default_factory=list)
     experience: list[dict[str, Any]] = field(default_factory=list)
+    proposer_requests: list[ProposerRequestRecord] = field(default_factory=list)
     exp: dict[str, Any] = field(default_factory=dict)  # experience protocol (store/experience_memory.py)
     leases: dict[str, _Lease] = field(default_factory=dict)
     _ids: dict[str, int] = field(default_factory=dict)
@@ -430,6 +431,23 @@ class MemoryStore(ExperienceMemoryMixin, Store):
                                        stage=stage, partition=None, gpu_seconds=0.0, failure_class=None,
                                        llm_tokens=int(llm_tokens)))
 
+    def add_proposer_request(self, campaign_id: int, **fields: Any) -> ProposerRequestRecord:
+        f = clean_proposer_request(**{"n_priors": 0, "n_patches": 0, **fields})
+        with self._write():
+            self._campaign(campaign_id)
+            rec = ProposerRequestRecord(id=self.db.next_id("proposer_requests"), campaign_id=campaign_id,
+                                        created_at=_now(), **f)
+            self.db.proposer_requests.append(rec)
+            if rec.tokens_in + rec.tokens_out > 0:
+                self.db.costs.append(_Cost(id=self.db.next_id("costs"), campaign_id=campaign_id, trial_id=None,
+                                           stage=rec.stage, partition=None, gpu_seconds=0.0, failure_class=None,
+                                           llm_tokens=rec.tokens_in + rec.tokens_out))
+            return rec
+
+    def proposer_requests(self, campaign_id: int) -> list[ProposerRequestRecord]:
+        with self.db.lock:
+            return [r for r in self.db.proposer_requests if r.campaign_id == campaign_id]
+
     def cost_by_stage(self, campaign_id: int) -> list[dict[str, Any]]:
         with self.db.lock:
             groups: dict[tuple[str, str | None], list[_Cost]] = {}
@@ -449,6 +467,8 @@ class MemoryStore(ExperienceMemoryMixin, Store):
             camps = sorted(self.db.campaigns.values(), key=lambda c: c.id)
             if view == "failed":
                 return self._finops_failed(camps)
+            if view in ("llm_cost", "proposer_cost"):
+                return self._finops_llm(camps, per_proposer=view == "proposer_cost")
             cost = [self._campaign_cost(c) for c in camps]
             if view == "campaign_cost":
                 return cost
@@ -473,6 +493,33 @@ class MemoryStore(ExperienceMemoryMixin, Store):
                             "stage": stage, "failure_class": fc, "trials": len(rows),
                             "gpu_hours": sum(r.gpu_seconds for r in rows) / 3600.0,
                             "cpu_hours": sum(r.cpu_seconds for r in rows) / 3600.0})
+        return out
+
+    def _finops_llm(self, camps: list[CampaignRecord], per_proposer: bool) -> list[dict[str, Any]]:
+        """``finops_llm_cost`` / ``finops_proposer_cost`` (migration 0006) computed from the lists."""
+        out: list[dict[str, Any]] = []
+        for c in camps:
+            reqs = [r for r in self.db.proposer_requests if r.campaign_id == c.id]
+            usd = lambda rows: (sum(r.usd for r in rows if r.usd is not None)  # noqa: E731
+                                if any(r.usd is not None for r in rows) else None)
+            if not per_proposer:
+                out.append({"campaign_id": c.id, "campaign": c.name, "owner": c.owner, "state": c.state,
+                            "gpu_hours": sum(r.gpu_seconds for r in self.db.costs if r.campaign_id == c.id) / 3600.0,
+                            "llm_requests": len(reqs), "llm_failed_requests": sum(r.outcome != "ok" for r in reqs),
+                            "llm_tokens_in": sum(r.tokens_in for r in reqs),
+                            "llm_tokens_out": sum(r.tokens_out for r in reqs), "llm_usd": usd(reqs),
+                            "proposer_wall_hours": sum(r.wall_s for r in reqs) / 3600.0})
+                continue
+            groups: dict[tuple[str, str, str], list[ProposerRequestRecord]] = {}
+            for r in reqs:
+                groups.setdefault((r.proposer, r.kind, r.model), []).append(r)
+            for (prop, kind, model), rows in sorted(groups.items()):
+                out.append({"campaign_id": c.id, "campaign": c.name, "owner": c.owner, "proposer": prop,
+                            "kind": kind, "model": model, "requests": len(rows),
+                            "failed_requests": sum(r.outcome != "ok" for r in rows),
+                            "tokens_in": sum(r.tokens_in for r in rows), "tokens_out": sum(r.tokens_out for r in rows),
+                            "usd": usd(rows), "wall_hours": sum(r.wall_s for r in rows) / 3600.0,
+                            "patches": sum(r.n_patches for r in rows), "priors": sum(r.n_priors for r in rows)})
         return out
 
     def _campaign_cost(self, c: CampaignRecord) -> dict[str, Any]:

@@ -194,6 +194,31 @@ class CostEntry(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
+class ProposerRequest(Base):
+    """One request to a proposer (migration 0006): who was asked what, what it cost and how it ended."""
+
+    __tablename__ = "proposer_requests"
+    __table_args__ = (Index("ix_proposer_requests_campaign", "campaign_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id"))
+    stage: Mapped[str] = mapped_column(String(20))
+    proposer: Mapped[str] = mapped_column(String(60))
+    kind: Mapped[str] = mapped_column(String(20))
+    request: Mapped[str] = mapped_column(String(20))
+    model: Mapped[str] = mapped_column(String(200))
+    tokens_in: Mapped[int] = mapped_column(Integer, default=0)
+    tokens_out: Mapped[int] = mapped_column(Integer, default=0)
+    usd: Mapped[float | None] = mapped_column(Float, nullable=True)
+    wall_s: Mapped[float] = mapped_column(Float, default=0.0)
+    outcome: Mapped[str] = mapped_column(String(20))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    prompt_digest: Mapped[str] = mapped_column(String(64), default="")
+    n_priors: Mapped[int] = mapped_column(Integer, default=0)
+    n_patches: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
 class Event(Base):
     """Append-only log of everything that happened (a trigger refuses UPDATE and DELETE).  ``actor`` is who did it
     (migration 0004): on PostgreSQL a trigger sets it to ``session_user``; on SQLite the store writes the OS user."""

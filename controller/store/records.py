@@ -176,3 +176,28 @@ class AuditEvent:
     campaign_id: int | None
     trial_id: int | None
     payload: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class ProposerRequestRecord:
+    """One row of the proposer ledger (migration 0006): a request to a proposer at ``stage`` asking for
+    ``request`` (priors, patches, complete), its tokens, money (None: no price configured), wall time, ``outcome``
+    (ok/failed) with a one-line ``reason``, the prompt's digest and how many priors and patches it yielded."""
+
+    id: int
+    campaign_id: int
+    stage: str
+    proposer: str
+    kind: str
+    request: str
+    model: str
+    tokens_in: int
+    tokens_out: int
+    usd: float | None
+    wall_s: float
+    outcome: str
+    reason: str
+    prompt_digest: str
+    n_priors: int
+    n_patches: int
+    created_at: datetime

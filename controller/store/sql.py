@@ -15,18 +15,21 @@ from sqlalchemy.orm import Session, sessionmaker
 from infrarsi.controller.errors import StoreError
 from infrarsi.controller.faults import crash_point
 from infrarsi.controller.store import models as m
-from infrarsi.controller.store.base import LeaderLease, Store
+from infrarsi.controller.store.base import LeaderLease, Store, clean_proposer_request
 from infrarsi.controller.store.experience_sql import ExperienceSqlMixin
 from infrarsi.controller.store.lease import LeaseConfig, SqlLease, read_lease
 from infrarsi.controller.store.migrate import current_revision, head_revision, safe_url, upgrade
 from infrarsi.controller.store.records import (
-    AuditEvent, CampaignRecord, Ingest, LeaseRecord, ObservationRecord, StoredReceipt, TrialRecord, VerdictItem, WorkloadRecord,
+    AuditEvent, CampaignRecord, Ingest, LeaseRecord, ObservationRecord, ProposerRequestRecord, StoredReceipt,
+    TrialRecord, VerdictItem, WorkloadRecord,
 )
 
 FINOPS_VIEWS = {
     "failed": "finops_failed_gpu_hours",
     "campaign_cost": "finops_campaign_cost",
     "cost_per_pct": "finops_cost_per_verified_pct",
+    "llm_cost": "finops_llm_cost",
+    "proposer_cost": "finops_proposer_cost",
 }
 
 
@@ -359,6 +362,25 @@ class SqlStore(ExperienceSqlMixin, Store):
     def add_llm_cost(self, campaign_id: int, stage: str, llm_tokens: int) -> None:
         with self._tx() as s:
             s.add(m.CostEntry(campaign_id=campaign_id, stage=stage, llm_tokens=llm_tokens))
+
+    def add_proposer_request(self, campaign_id: int, **fields: Any) -> ProposerRequestRecord:
+        f = clean_proposer_request(**{"n_priors": 0, "n_patches": 0, **fields})
+        with self._tx() as s:
+            if s.get(m.Campaign, campaign_id) is None:
+                raise KeyError(f"no campaign {campaign_id}")
+            row = m.ProposerRequest(campaign_id=campaign_id, **f)
+            s.add(row)
+            if f["tokens_in"] + f["tokens_out"] > 0:
+                s.add(m.CostEntry(campaign_id=campaign_id, stage=f["stage"],
+                                  llm_tokens=f["tokens_in"] + f["tokens_out"]))
+            s.flush()
+            return _snap(ProposerRequestRecord, row)
+
+    def proposer_requests(self, campaign_id: int) -> list[ProposerRequestRecord]:
+        with self._tx() as s:
+            rows = s.scalars(select(m.ProposerRequest).where(m.ProposerRequest.campaign_id == campaign_id)
+                             .order_by(m.ProposerRequest.id))
+            return [_snap(ProposerRequestRecord, r) for r in rows]
 
     def cost_by_stage(self, campaign_id: int) -> list[dict[str, Any]]:
         with self._tx() as s:

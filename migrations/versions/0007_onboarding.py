@@ -86,12 +86,29 @@ def upgrade() -> None:
         _create_views(True)
 
 
+def _set_aside_other_sqlite_views() -> list[str]:
+    """SQLite: drop every view not made here (e.g. 0006's finops_llm_cost) and return their SQL.  Batch mode
+    rebuilds a table by renaming a copy, and SQLite then re-checks every view: one that reads the table being
+    rebuilt fails the rename ("error in view ...: no such table")."""
+    if op.get_bind().dialect.name != "sqlite":
+        return []
+    rows = op.get_bind().execute(sa.text(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'view' AND name NOT IN "
+        "('finops_failed_gpu_hours', 'finops_campaign_cost', 'finops_cost_per_verified_pct') ORDER BY rowid")).all()
+    for name, _sql in rows:
+        op.execute(f'DROP VIEW IF EXISTS "{name}"')
+    return [sql for _name, sql in rows]
+
+
 def downgrade() -> None:
     # the views read cpu_seconds: drop them first, recreate them as 0002 made them (PostgreSQL: run
     # deploy/roles.sql again for finance's grants)
+    others = _set_aside_other_sqlite_views()
     _drop_views()
     with op.batch_alter_table("cost_ledger") as b:
         b.drop_column("cpu_seconds")
     with op.batch_alter_table("campaigns") as b:
         b.drop_column("sbatch_json")
     _create_views(False)
+    for sql in others:
+        op.execute(sql)
