@@ -81,15 +81,24 @@ def drive(engine: CampaignEngine, campaign_id: int, until: str = "done", poll_s:
     """Tick ``campaign_id`` until it reaches ``until`` (or later) or a terminal state.
 
     With ``drain_after_s``, stop launching new trials after that many seconds, wait for the live ones to be
-    ingested, and return (the campaign stays resumable: run again to continue)."""
+    ingested, and return (the campaign stays resumable: run again to continue).  A drain never stops where the
+    next tick needs no new trial: while a tick still advances the state (the last promotion run ingested:
+    ``verify -> report``; ``report -> done``) it ticks on, so finished verification always gets its report."""
     target = STATE_ORDER.index(until)
     start = time.monotonic()
+    prev: str | None = None
     while True:
+        draining = drain_after_s is not None and time.monotonic() - start >= drain_after_s
+        if draining:
+            engine.paused = True
         c = engine.tick(campaign_id)
         if c.terminal or (c.state in STATE_ORDER and STATE_ORDER.index(c.state) >= target):
             return c
-        if drain_after_s is not None and time.monotonic() - start > drain_after_s:
-            engine.paused = True
+        advanced = c.state != prev
+        prev = c.state
+        if draining:
+            if advanced or c.state == "report":
+                continue  # a state change may need no launch (verify -> report -> done): tick on at once
             if not engine.store.live_trials([campaign_id]):
                 return c
         time.sleep(poll_s)

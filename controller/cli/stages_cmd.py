@@ -19,7 +19,8 @@ from infrarsi.controller.store import open_store
 from infrarsi.controller.store.records import CampaignRecord
 
 contract_arg = click.argument("contract", default="infrarsi.yaml", type=click.Path(dir_okay=False))
-campaign_opt = click.option("--campaign", "campaign_id", type=int, help="Campaign id (default: this contract's newest).")
+campaign_opt = click.option("--campaign", "campaign_id", type=int, metavar="N",
+                            help="Campaign id, from any directory (default: this contract's newest).")
 
 
 def _engine(quiet: bool = False) -> CampaignEngine:
@@ -32,10 +33,7 @@ def _engine(quiet: bool = False) -> CampaignEngine:
 def _campaign(engine: CampaignEngine, contract: str, campaign_id: int | None, executor: str = "local",
               create: bool = True, new: bool = False, seed: int = 0) -> CampaignRecord:
     if campaign_id is not None:
-        try:
-            return engine.store.get_campaign(campaign_id)
-        except KeyError as exc:
-            raise InfrarsiError(str(exc.args[0])) from None
+        return campaign_by_id(engine, campaign_id, announce=create)
     found = None if new else find_campaign(engine.store, contract, include_terminal=not create)
     if found is not None:
         if create:
@@ -45,6 +43,23 @@ def _campaign(engine: CampaignEngine, contract: str, campaign_id: int | None, ex
         raise InfrarsiError(f"no campaign for {contract}: run 'infrarsi run {contract}' first")
     c = create_campaign(engine.store, engine.settings, contract, executor=executor, seed=seed)
     click.echo(f"campaign {c.id} created for {c.name} (workdir {c.workdir})", err=True)
+    return c
+
+
+def campaign_by_id(engine: CampaignEngine, campaign_id: int, announce: bool = False) -> CampaignRecord:
+    """Campaign ``campaign_id`` from any working directory (its contract, repo and workdir are stored with it).
+
+    InfrarsiError (one line) when there is no such campaign, or it belongs to someone else (on PostgreSQL: another
+    database role; on SQLite: another OS user), whose campaign this process must not drive."""
+    try:
+        c = engine.store.get_campaign(campaign_id)
+    except KeyError:
+        raise InfrarsiError(f"no campaign {campaign_id} (see 'infrarsi campaign list')") from None
+    me = engine.store.identity()
+    if c.owner and c.owner != me:
+        raise InfrarsiError(f"campaign {campaign_id} belongs to {c.owner}, not to you ({me})")
+    if announce and not c.terminal:
+        click.echo(f"resuming campaign {c.id} ({c.state}) of {c.contract_path}", err=True)
     return c
 
 
@@ -98,13 +113,18 @@ def doctor_cmd(contract: str, campaign_id: int | None) -> None:
               help="Stop launching trials after SECONDS, finish the live ones and exit (resume by running again).")
 def run_cmd(contract: str, campaign_id: int | None, executor: str, new: bool, seed: int,
             drain_after: float | None) -> None:
-    """Run the whole campaign in-process (init, doctor, search, back-to-back verification, report)."""
+    """Run the whole campaign in-process (init, doctor, search, back-to-back verification, report).
+
+    Resumes this contract's unfinished campaign, or campaign N with --campaign N from any directory (its contract,
+    repository and workdir are stored with it).  --drain-after stops launching and exits once the live trials are
+    in, but never between finished verification and the report."""
     engine = _engine()
     c = drive(engine, _campaign(engine, contract, campaign_id, executor=executor, new=new, seed=seed).id,
               drain_after_s=drain_after)
     _finish(c)
     if c.state != "done":
-        click.echo(f"campaign {c.id} paused in state {c.state}: run the same command again to resume")
+        click.echo(f"campaign {c.id} paused in state {c.state}: run the same command again, or "
+                   f"'infrarsi run --campaign {c.id}' from any directory, to resume")
         return
     rd = report_dir(c)
     click.echo(f"campaign {c.id} done: delivered speedup {c.delivered_speedup:.3f}x "
