@@ -318,8 +318,14 @@ class Launch(_Strict):
     @field_validator("trial_args")
     @classmethod
     def _trial_args(cls, v: list[str]) -> list[str]:
+        import shlex
+
         for item in v:
             check_scalar(item)
+            try:
+                shlex.split(item)
+            except ValueError as exc:
+                raise ValueError(f"{item[:80]!r} cannot be split into arguments ({exc})") from None
         return v
 
     @field_validator("trial_env")
