@@ -87,13 +87,18 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
     trials_json: list[dict[str, Any]] = []
     cum = 0.0
     rejections = {layer: 0 for layer in LAYERS}
-    devices = max(1, contract.launch.nodes * max(1, contract.launch.gpus_per_node))
+    launch = engine.launch_of(c)  # the contract's launch with `infrarsi submit`'s sbatch options
+    on_gpu = launch.gpus_per_node > 0  # CPU trials are booked as CPU-hours (one slot), never as GPU-hours
+    devices = max(1, launch.nodes * max(1, launch.gpus_per_node))
+    cum_all = 0.0
     for t in store.list_trials(c.id):
         o = obs.get(t.id)
-        gpu_h = 0.0
+        hours = 0.0
         if t.start_time is not None and t.end_time is not None:
-            gpu_h = max(0.0, t.end_time - t.start_time) * devices / 3600.0
+            hours = max(0.0, t.end_time - t.start_time) * devices / 3600.0
+        gpu_h = hours if on_gpu else 0.0
         cum += gpu_h
+        cum_all += hours
         full = complete_config(contract, contract.reference_config | t.config) or t.config
         step = o.step_time_s if o and t.outcome == "ok" else None
         if t.outcome == "rejected" and o is not None:
@@ -103,6 +108,7 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
             "patches": t.patches, "outcome": t.outcome or t.status, "reason": t.reason,
             "step_time_s": step, "speedup": (t0 / step) if (t0 and step) else None,
             "peak_mem_gib": o.peak_mem_gib if o else None, "gpu_hours": gpu_h, "cum_gpu_hours": cum,
+            "cpu_hours": 0.0 if on_gpu else hours, "cum_hours": cum_all,
             "first_failed_layer": o.first_failed_layer if o else None, "accepted": bool(o and o.accepted),
             "isolation": ((o.details or {}).get("isolation") or {}).get("mode") if o else None,
         })
@@ -129,7 +135,7 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
                                          "required": True, "reason": g["reason"]})
     fpt, fpt_source = flops_per_token_of(contract, doctor)
     mfu = None
-    if fpt and t0:
+    if fpt and t0 and on_gpu:  # no GPU, no GPU peak: MFU is not computed for CPU trials
         tpu = contract.workload.tokens_per_update
         after_t = promoted["step_time_s"] if promoted and promoted.get("step_time_s") else t0 / speedup
         mfu = {"formula": MFU_FORMULA, "flops_per_token": float(fpt), "flops_per_token_source": fpt_source,
@@ -140,6 +146,9 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
     total = sum(r["gpu_hours"] for r in by_stage)
     failed = sum(r["gpu_hours"] for r in by_stage if r["failure_class"] not in (None, "rejected"))
     rejected_h = sum(r["gpu_hours"] for r in by_stage if r["failure_class"] == "rejected")
+    cpu = {k: sum(r.get("cpu_hours", 0.0) for r in by_stage if pred(r["failure_class"])) for k, pred in (
+        ("total_cpu_hours", lambda f: True), ("failed_cpu_hours", lambda f: f not in (None, "rejected")),
+        ("rejected_cpu_hours", lambda f: f == "rejected"))}
     try:
         ctrl = engine.controller(c)
         memory_table, search = ctrl.memory_table(), ctrl.state_summary()
@@ -150,6 +159,7 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
         "campaign": {"id": c.id, "name": c.name, "owner": c.owner, "state": c.state,
                      "contract_digest": c.contract_digest, "repo": c.repo_path, "commit": scope.get("commit"),
                      "executor": c.executor, "created_at": c.created_at.isoformat(),
+                     "device": "gpu" if on_gpu else "cpu", "sbatch": c.sbatch or {},
                      "finished_at": datetime.now(timezone.utc).isoformat()},
         "delivered_speedup": speedup,
         # which number delivered_speedup is, and the noise bound its margin came from (docs/verifier.md)
@@ -163,12 +173,15 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
                       "reference_window_means": doctor.get("reference_window_means") or []},
         "promoted": promoted,
         "mfu": mfu,
+        "mfu_omitted": None if on_gpu else "CPU trials: there is no GPU peak to measure MFU against",
         "trials": trials_json,
         "rejections_by_layer": rejections,
         "refused_patches": scope.get("refused_patches") or {},
         "cost": {"by_stage": by_stage, "total_gpu_hours": total, "failed_gpu_hours": failed,
-                 "rejected_gpu_hours": rejected_h, "budget_gpu_hours": c.budget_gpu_hours,
-                 "share_of_budget": total / c.budget_gpu_hours if c.budget_gpu_hours else None},
+                 "rejected_gpu_hours": rejected_h, "budget_gpu_hours": c.budget_gpu_hours, **cpu,
+                 "unit": "GPU" if on_gpu else "CPU",
+                 "share_of_budget": (total + cpu["total_cpu_hours"]) / c.budget_gpu_hours
+                 if c.budget_gpu_hours else None},
         "proposers": _proposers(engine, c),
         "memory_table": memory_table,
         "search": search,

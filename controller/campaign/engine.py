@@ -26,10 +26,11 @@ from infrarsi.controller.campaign.ingest import build_ingest
 from infrarsi.controller.campaign.inputs import lock_scope_inputs
 from infrarsi.controller.campaign.scope import lock_scope
 from infrarsi.controller.campaign.sourcetree import prepare_source, remove_source
+from infrarsi.controller.campaign.sbatch_options import SbatchOptions
 from infrarsi.controller.campaign.trialspec import build_spec, judge_spec_dict, trial_dirs
 from infrarsi.controller.contract.launch import config_string
 from infrarsi.controller.contract.loader import contract_digest
-from infrarsi.controller.contract.model import Contract
+from infrarsi.controller.contract.model import Contract, Launch
 from infrarsi.controller.errors import InfrarsiError, PatchError
 from infrarsi.controller.faults import crash_point
 from infrarsi.controller.executors.base import Executor, JobHandle, TrialSpec
@@ -91,8 +92,14 @@ class CampaignEngine:
             d["sigma_pair"] = c.doctor["sigma_pair"]
         return JudgeSpec.from_dict(d)
 
-    def _devices(self, contract: Contract) -> int:
-        return max(1, contract.launch.nodes * max(1, contract.launch.gpus_per_node))
+    def launch_of(self, c: CampaignRecord) -> Launch:
+        """The campaign's effective launch section: the contract's, with ``infrarsi submit``'s sbatch options."""
+        return SbatchOptions.from_dict(c.sbatch).launch(self.contract(c).launch)
+
+    def _devices(self, c: CampaignRecord) -> int:
+        """GPUs of one trial (at least 1: a CPU trial occupies one slot)."""
+        launch = self.launch_of(c)
+        return max(1, launch.nodes * max(1, launch.gpus_per_node))
 
     # ------------------------------------------------------------------ public
     def tick(self, campaign_id: int) -> CampaignRecord:
@@ -182,8 +189,8 @@ class CampaignEngine:
         spec = self.judge_spec(c)
         refs = self._reference_receipts(c) if t.stage != "reference" else []
         ing, _ = build_ingest(t, t.outcome or "crash", t.reason or "", t.start_time, t.end_time,
-                              self.settings.master_key(), refs, spec, self._devices(contract),
-                              contract.search_capacity_gib)
+                              self.settings.master_key(), refs, spec, self._devices(c),
+                              contract.search_capacity_gib, on_gpu=self.launch_of(c).gpus_per_node > 0)
         if self.store.ingest(t.id, ing):
             self.progress(self._describe(c, t, ing))
         remove_source(Path(c.repo_path), trial_dirs(Path(c.workdir), t.trial_key)[0])
@@ -214,11 +221,10 @@ class CampaignEngine:
                    group_key: str | None = None) -> TrialRecord | None:
         if self.paused:
             return None
-        contract = self.contract(c)
         key = uuid.uuid4().hex
         _, out = trial_dirs(Path(c.workdir), key)
         t = self.store.add_trial_intent(c.id, key, stage, cand.as_dict(), sorted(cand.patches), cand.signature,
-                                        c.executor, str(out), self._devices(contract), c.partition, group_key)
+                                        c.executor, str(out), self._devices(c), c.partition, group_key)
         crash_point("after_intent")
         self._launch(c, t)
         return t
@@ -245,7 +251,8 @@ class CampaignEngine:
                 self.store.mark_finished(t.id, "crash", f"patch conflict: {exc}", None, None)
                 return
             spec: TrialSpec = build_spec(contract, scope, config, t.trial_key, workdir, out,
-                                         self.settings.master_key(), t.partition)
+                                         self.settings.master_key(), t.partition,
+                                         sbatch=SbatchOptions.from_dict(c.sbatch))
             self.store.check_fence()  # a daemon whose lease was taken over must not launch (no-op when embedded)
             handle = ex.submit(spec)
             crash_point("after_submit")
@@ -268,7 +275,8 @@ class CampaignEngine:
         return max(0, slots)
 
     def _spent_gpu_hours(self, c: CampaignRecord) -> float:
-        return sum(r["gpu_hours"] for r in self.store.cost_by_stage(c.id))
+        """Device-hours spent: GPU-hours, plus CPU-hours for CPU trials (the budget binds either kind)."""
+        return sum(r["gpu_hours"] + r.get("cpu_hours", 0.0) for r in self.store.cost_by_stage(c.id))
 
     # ------------------------------------------------------------------ states
     def _state_init(self, c: CampaignRecord) -> None:

@@ -82,13 +82,14 @@ def _index(u: dict[str, Any]) -> int:
 def build_ingest(trial: TrialRecord, exec_outcome: str, exec_reason: str, start: float | None,
                  end: float | None, master_key: bytes, references: list[Receipt], spec: JudgeSpec,
                  devices: int, capacity_gib: float | None,
-                 max_receipt_bytes: int = MAX_RECEIPT_BYTES) -> tuple[Ingest, Receipt | None]:
+                 max_receipt_bytes: int = MAX_RECEIPT_BYTES, on_gpu: bool = True) -> tuple[Ingest, Receipt | None]:
     """Verify and summarise one finished trial.
 
     ``references`` are the campaign's accepted reference receipts (empty while judging the references
     themselves, which are checked for completion only).  ``start``/``end`` are the executor's own unix times
     for the run (None when unknown); they bound the receipt's claimed timeline (``executor_clock``).
-    ``devices`` counts GPUs (at least 1: a CPU trial occupies one slot) for the GPU-seconds in the cost ledger.
+    ``devices`` counts GPUs (at least 1: a CPU trial occupies one slot) for the cost ledger: GPU-seconds when
+    ``on_gpu``, else CPU-seconds (a CPU trial is never booked as GPU time).
     A receipt over ``max_receipt_bytes`` is never read into memory: the outcome is ``rejected`` at L0
     (``oversized: N bytes > cap C``) and a marker is stored in its place.  A receipt over the wrapper's limits
     (dropped lines, far too many updates, disk limit) is ``rejected`` at L1 whatever the job's exit status.
@@ -103,29 +104,29 @@ def build_ingest(trial: TrialRecord, exec_outcome: str, exec_reason: str, start:
             raw, size = read_capped(raw_path, max_receipt_bytes)
         except ReceiptError as exc:
             return Ingest(outcome=exec_outcome if exec_outcome != "ok" else "crash", reason=str(exc),
-                          receipt_raw=None, signature_ok=False, gpu_seconds=wall * devices, **base), None
+                          receipt_raw=None, signature_ok=False, **_booked(wall, devices, on_gpu), **base), None
         if raw is None:
             msg = oversized_message(size, max_receipt_bytes)
             v = integrity_verdict(msg)
             return Ingest(outcome="rejected", reason=f"L0 signature: {msg}",
                           receipt_raw=oversized_marker(size, max_receipt_bytes), signature_ok=False,
-                          verdicts=_verdict_items(v), first_failed_layer="L0", gpu_seconds=wall * devices,
+                          verdicts=_verdict_items(v), first_failed_layer="L0", **_booked(wall, devices, on_gpu),
                           details={"receipt_bytes": size}, **base), None
     if raw is None:
         outcome0 = exec_outcome if exec_outcome != "ok" else "crash"
         reason = failure_reason(out, outcome0, exec_reason or "the job produced no receipt")
         return Ingest(outcome=outcome0, reason=reason, receipt_raw=None,
-                      signature_ok=False, gpu_seconds=wall * devices, **base), None
+                      signature_ok=False, **_booked(wall, devices, on_gpu), **base), None
     try:
         receipt = load_receipt(raw, master_key, trial.trial_key, max_bytes=max_receipt_bytes)
     except ReceiptError as exc:
         v = integrity_verdict(str(exc))
         return Ingest(outcome="rejected", reason=f"L0 signature: {exc}", receipt_raw=raw, signature_ok=False,
-                      verdicts=_verdict_items(v), first_failed_layer="L0", gpu_seconds=wall * devices, **base), None
+                      verdicts=_verdict_items(v), first_failed_layer="L0", **_booked(wall, devices, on_gpu), **base), None
     if not wall:
         w_s = num(receipt.wrapper.get("wall_s"))
         wall = w_s if math.isfinite(w_s) and w_s > 0 else 0.0
-    gpu_seconds = wall * devices
+    booked = _booked(wall, devices, on_gpu)
     window = (start, end)
     outcome = classify_outcome(receipt)
     if exec_outcome == "cancelled":
@@ -145,19 +146,19 @@ def build_ingest(trial: TrialRecord, exec_outcome: str, exec_reason: str, start:
         return Ingest(outcome="rejected", reason=f"{first.layer} {first.name}: {first.reason}" if first else
                       "over its limits", receipt_raw=raw, signature_ok=True, verdicts=_verdict_items(verdict),
                       peak_mem_gib=peak, accepted=False, first_failed_layer=verdict.first_failed_layer or "L1",
-                      details=details, gpu_seconds=gpu_seconds, **base), receipt
+                      details=details, **booked, **base), receipt
     if outcome == "oom":
         shortfall, reason, details["oom"] = oom_facts(receipt, out, peak, capacity_gib)
         return Ingest(outcome="oom", reason=reason, receipt_raw=raw,
                       signature_ok=True, censor_kind="oom", oom_shortfall_gib=shortfall, peak_mem_gib=peak,
-                      details=details, gpu_seconds=gpu_seconds, **base), receipt
+                      details=details, **booked, **base), receipt
     if outcome != "ok":
         errs = [e for e in receipt.wrapper.get("errors") or [] if isinstance(e, dict) and e.get("kind") != "traceback"]
         fallback = (str(errs[0].get("line", ""))[:300] if errs else "") or exec_reason or \
             f"exit code {receipt.wrapper.get('exit_code')}"
         reason = failure_reason(out, outcome, fallback)
         return Ingest(outcome=outcome, reason=reason, receipt_raw=raw, signature_ok=True, peak_mem_gib=peak,
-                      details=details, gpu_seconds=gpu_seconds, **base), receipt
+                      details=details, **booked, **base), receipt
     times = window_step_times(receipt, spec.window)
     step = window_mean_step_time(receipt, spec.window)  # THE window statistic T (infrarsi.verifier.speed)
     details["window_step_times"] = times
@@ -171,7 +172,7 @@ def build_ingest(trial: TrialRecord, exec_outcome: str, exec_reason: str, start:
     if trial.stage == "reference" or not references:
         return Ingest(outcome="ok", reason="reference run completed", receipt_raw=raw, signature_ok=True,
                       step_time_s=step, peak_mem_gib=peak, censor_kind=kind, loss_window_mean=loss, accepted=True,
-                      details=details, gpu_seconds=gpu_seconds, **base), receipt
+                      details=details, **booked, **base), receipt
     verdict = judge(receipt, references, spec, executor_window=window)
     first = verdict.first_failed
     return Ingest(
@@ -179,8 +180,14 @@ def build_ingest(trial: TrialRecord, exec_outcome: str, exec_reason: str, start:
         reason="accepted" if first is None else f"{first.layer} {first.name}: {first.reason}",
         receipt_raw=raw, signature_ok=True, verdicts=_verdict_items(verdict), step_time_s=step, peak_mem_gib=peak,
         censor_kind=kind, loss_window_mean=loss, accepted=verdict.accepted,
-        first_failed_layer=verdict.first_failed_layer, details=details, gpu_seconds=gpu_seconds, **base,
+        first_failed_layer=verdict.first_failed_layer, details=details, **booked, **base,
     ), receipt
+
+
+def _booked(wall: float, devices: int, on_gpu: bool) -> dict[str, float]:
+    """The cost-ledger seconds of a run of ``wall`` seconds on ``devices`` GPUs (or CPU slots)."""
+    secs = wall * devices
+    return {"gpu_seconds": secs, "cpu_seconds": 0.0} if on_gpu else {"gpu_seconds": 0.0, "cpu_seconds": secs}
 
 
 def _first_error(receipt: Receipt, kind: str | None = None) -> str:
@@ -219,7 +226,8 @@ def failure_reason(out: Path, outcome: str, fallback: str) -> str:
         reason = exc
     else:
         last = last_log_line(text)
-        reason = f"{fallback}; last log line: {last}" if last and last not in fallback else fallback
+        reason = f"{fallback}; last log line: {last}" if last and last not in fallback and fallback not in last \
+            else fallback
     return _with_log(reason, out)
 
 

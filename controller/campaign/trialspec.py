@@ -19,6 +19,7 @@ from typing import Any
 
 from infrarsi.controller.campaign.inputs import mount_points
 from infrarsi.controller.contract.launch import render_launch
+from infrarsi.controller.campaign.sbatch_options import SbatchOptions
 from infrarsi.controller.contract.model import Contract
 from infrarsi.controller.executors.base import TrialSpec
 from infrarsi.controller.settings import isolation_mode
@@ -54,11 +55,14 @@ def write_key_file(out: Path, master_key: bytes, trial_key: str) -> Path:
 
 
 def build_spec(contract: Contract, scope: dict[str, Any], config: dict[str, Any], trial_key: str, workdir: Path,
-               out: Path, master_key: bytes, partition: str | None) -> TrialSpec:
+               out: Path, master_key: bytes, partition: str | None,
+               sbatch: SbatchOptions | None = None) -> TrialSpec:
     """The TrialSpec for one launch (writes the key file and frozen manifest into ``out``, creates ``scratch/``).
 
     ``workdir`` is the job's cwd: ``src/`` or a folder inside it (monorepo prefix).  Compile caches, HOME and
     TMPDIR point into ``scratch/`` (set by the wrapper); isolation comes from :func:`isolation_mode`.
+    ``sbatch`` (the campaign's ``infrarsi submit`` options) overrides the contract's launch section: partition,
+    account, time limit, nodes, GPUs per node (``--gres``), plus its further ``#SBATCH`` options.
     """
     plan = render_launch(contract, config, trial=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -69,7 +73,8 @@ def build_spec(contract: Contract, scope: dict[str, Any], config: dict[str, Any]
     env = dict(plan.env)
     env.setdefault("PYTHONUNBUFFERED", "1")
     src = out.parent / "src"
-    launch = contract.launch
+    opts = sbatch or SbatchOptions()
+    launch = opts.launch(contract.launch)
     return TrialSpec(
         trial_id=trial_key,
         workdir=workdir,
@@ -79,7 +84,7 @@ def build_spec(contract: Contract, scope: dict[str, Any], config: dict[str, Any]
         launcher=launch.launcher,
         nodes=launch.nodes,
         gpus_per_node=launch.gpus_per_node,
-        partition=partition or launch.partition,
+        partition=opts.partition or partition or launch.partition,
         account=launch.account,
         time_limit_s=launch.time_limit_s,
         mem_gb=launch.mem_gb,
@@ -94,6 +99,8 @@ def build_spec(contract: Contract, scope: dict[str, Any], config: dict[str, Any]
         disk_limit_gib=DISK_LIMIT_GIB,
         isolation=isolation_mode(),
         ro_inputs=tuple(mount_points(Path(workdir), scope.get("inputs"))),
+        gres=opts.gres,
+        sbatch_extra=tuple(opts.directives()),
     )
 
 

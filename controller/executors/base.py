@@ -76,6 +76,10 @@ class TrialSpec:
     disk_limit_gib: float | None = 20.0
     #: ``bwrap`` (default) or ``none`` (explicit opt-out: the job runs unsandboxed)
     isolation: str = "bwrap"
+    #: ``#SBATCH --gres`` verbatim (``infrarsi submit --gres gpu:h200:2``); None: ``gpu:<gpus_per_node>``
+    gres: str | None = None
+    #: further ``#SBATCH`` options of the campaign (``--qos=``, ``--constraint=``, ``--exclusive``, ``--mail-*``)
+    sbatch_extra: tuple[str, ...] = ()
     #: read-only inputs ``(host path, path the job sees)`` (the contract's ``inputs:``; the wrapper's ``--ro-input``)
     ro_inputs: tuple[tuple[str, str], ...] = ()
 

@@ -37,6 +37,8 @@ SLURM_TIME_GRACE_S = 60
 _NAME_OK = re.compile(r"^[A-Za-z0-9_.+@:=,-]+$")
 _PATH_OK = re.compile(r"^[^\s%\"'\\#]+$")
 _ENV_NAME_OK = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: a campaign's own #SBATCH option (from ``infrarsi submit``): --name or --name=value, no blanks or quotes
+_EXTRA_OK = re.compile(r"^--[a-z][a-z-]*(=[A-Za-z0-9_.+@:=,&|\[\]()*!-]+)?$")
 
 
 def _q(value: object) -> str:
@@ -149,7 +151,9 @@ def sbatch_directives(spec: TrialSpec, extra_sbatch: Sequence[str] = ()) -> list
         d.append(f"--partition={_check('partition', spec.partition, _NAME_OK)}")
     if spec.account:
         d.append(f"--account={_check('account', spec.account, _NAME_OK)}")
-    if spec.gpus_per_node > 0:
+    if spec.gres:
+        d.append(f"--gres={_check('gres', spec.gres, _NAME_OK)}")
+    elif spec.gpus_per_node > 0:
         d.append(f"--gres=gpu:{int(spec.gpus_per_node)}")
     if spec.mem_gb is not None:
         if spec.mem_gb <= 0:
@@ -159,6 +163,10 @@ def sbatch_directives(spec: TrialSpec, extra_sbatch: Sequence[str] = ()) -> list
         if spec.cpus_per_task < 1:
             raise ExecutorError(f"cpus_per_task: must be >= 1, got {spec.cpus_per_task}")
         d.append(f"--cpus-per-task={int(spec.cpus_per_task)}")
+    for line in spec.sbatch_extra:
+        if not _EXTRA_OK.match(line):
+            raise ExecutorError(f"sbatch_extra: {line!r} must be one --option[=value] without spaces")
+        d.append(line)
     for line in extra_sbatch:
         if "\n" in line or "\r" in line or not line.startswith("-"):
             raise ExecutorError(f"extra_sbatch: {line!r} must be one option starting with '-'")

@@ -41,7 +41,9 @@ def test_result_json_fields_match_the_store(done) -> None:
     total = sum(r["gpu_hours"] for r in eng.store.cost_by_stage(c.id))
     assert result["cost"]["total_gpu_hours"] == pytest.approx(total) and result["cost"]["failed_gpu_hours"] == 0
     assert result["cost"]["budget_gpu_hours"] == 1.0
-    assert result["cost"]["share_of_budget"] == pytest.approx(total / 1.0)
+    cpu = sum(r["cpu_hours"] for r in eng.store.cost_by_stage(c.id))  # the toy runs on the CPU
+    assert result["cost"]["share_of_budget"] == pytest.approx((total + cpu) / 1.0)
+    assert result["cost"]["total_cpu_hours"] == pytest.approx(cpu) and cpu > 0 and total == 0 and result["mfu"] is None
     assert result["trials"][-1]["cum_gpu_hours"] == pytest.approx(total)
     assert result["reference"]["step_time_s"] == pytest.approx(c.doctor["t0"])
     assert result["reference"]["sigma_pair"] == pytest.approx(c.doctor["sigma_pair"])

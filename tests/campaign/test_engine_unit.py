@@ -48,8 +48,10 @@ def test_toy_campaign_walks_every_state_and_every_trial_runs_once(world: World) 
     assert all(obs[t.id].accepted for t in trials)
     verdicts = {v.invariant: v.status for v in eng.store.verdicts(trials[-1].id)}
     assert verdicts["executor_clock"] == "pass" and all(s != "fail" for s in verdicts.values())
-    spent = sum(r["gpu_hours"] for r in eng.store.cost_by_stage(c.id))
-    assert spent == pytest.approx(sum(t.end_time - t.start_time for t in trials) / 3600)  # executor windows, 1 device
+    # a CPU campaign (gpus_per_node 0): booked as CPU-hours, one slot per trial, and no GPU-hours (issue 16)
+    assert sum(r["gpu_hours"] for r in eng.store.cost_by_stage(c.id)) == 0.0
+    spent = sum(r["cpu_hours"] for r in eng.store.cost_by_stage(c.id))
+    assert spent == pytest.approx(sum(t.end_time - t.start_time for t in trials) / 3600)  # executor windows, 1 slot
     assert 0 < spent < 1.0 and eng.store.finops("campaign_cost")[0]["entries"] == len(trials)
     assert (Path(c.workdir) / "report" / "result.json").is_file()
     assert not any(Path(t.outdir, "trial.key").exists() for t in trials)  # the job consumed its key
@@ -72,7 +74,8 @@ def test_crashed_and_rejected_trials_are_recorded_and_the_campaign_continues(wor
     search = eng.store.list_trials(c.id, stages=["search"])
     crashed = [t for t in search if t.outcome == "crash"]
     rejected = [t for t in search if t.outcome == "rejected"]
-    assert crashed and all(t.reason == "RuntimeError: kernel launch failed: illegal instruction" for t in crashed)
+    assert crashed and all(t.reason == "RuntimeError: kernel launch failed: illegal instruction "
+                           f"(log: {t.outdir}/job.log)" for t in crashed), [t.reason for t in crashed]
     assert rejected and all(t.config["speed"] == 2 for t in rejected)
     obs = eng.store.observations(c.id)
     assert {obs[t.id].first_failed_layer for t in rejected} == {"L4"} and not any(obs[t.id].accepted for t in rejected)
