@@ -95,3 +95,14 @@ def test_an_input_changed_after_init_fails_the_campaign_naming_the_file(toy_repo
     assert again.returncode == 2, again.stdout + again.stderr
     last = again.stderr.strip().splitlines()[-1]
     assert "inputs: 'data': tokens.bin changed since init" in last and "Traceback" not in again.stderr
+
+
+def test_trial_args_that_cannot_be_split_are_refused_by_the_contract(toy_repo: Path) -> None:
+    import pytest
+
+    from infrarsi.controller.errors import ContractError
+
+    contract = onboard(toy_repo)
+    contract.write_text(contract.read_text().replace(json.dumps(TRIAL_ONLY), '["--note=\\"unclosed"]'))
+    with pytest.raises(ContractError, match="cannot be split into arguments"):
+        load_contract(contract)

@@ -230,3 +230,19 @@ def test_the_wrapper_refuses_an_input_it_cannot_see_or_that_exposes_the_trial(tm
     (tmp_path / "data").mkdir()
     with pytest.raises(WrapperError, match="passes through the symlink"):
         run_wrapped(ExecOptions(**base, ro_inputs=[(str(tmp_path / "data"), str(src / "link" / "x"))]))
+
+
+def test_the_sbatch_script_hands_the_inputs_to_the_wrapper_quoted(tmp_path: Path) -> None:
+    import shlex
+
+    from infrarsi.controller.executors.base import TrialSpec
+    from infrarsi.controller.executors.render import render_sbatch
+
+    odd = "/shared/data sets/owt;$(touch pwned)"
+    spec = TrialSpec(trial_id="t1", workdir=tmp_path / "src", outdir=tmp_path / "out", argv=("python3", "train.py"),
+                     ro_inputs=((odd, str(tmp_path / "src" / "data" / "owt")),))
+    script = render_sbatch(spec, "/usr/bin/python3")
+    line = next(ln for ln in script.splitlines() if "--ro-input" in ln)
+    args = shlex.split(line)
+    i = args.index("--ro-input")
+    assert args[i + 1:i + 3] == [odd, str(tmp_path / "src" / "data" / "owt")]
