@@ -239,19 +239,8 @@ def write_artifacts(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Pa
 
 
 def _write_experience(engine: "CampaignEngine", c: CampaignRecord, result: dict[str, Any]) -> None:
-    """Verified write-back: single-setting measured effects from accepted search trials (paper section 5.3)."""
-    import math
+    """Verified write-back into the experience bank, idempotent (controller/experience/writeback.py)."""
+    from infrarsi.controller.experience.writeback import write_campaign_experience
 
-    t0 = result["reference"]["step_time_s"]
-    if not t0:
-        return
-    rows = []
-    gpu = os.environ.get("INFRARSI_GPU_CLASS", "cpu" if not engine.contract(c).launch.gpus_per_node else "gpu")
-    for t in result["trials"]:
-        if t["stage"] != "search" or not t["accepted"] or not t["step_time_s"] or len(t["changed"]) != 1 or t["patches"]:
-            continue
-        (knob, (_, value)), = t["changed"].items()
-        rows.append({"campaign_id": c.id, "workload_class": c.name, "gpu": gpu, "knob": knob, "value": str(value),
-                     "log_speedup": math.log(t0 / t["step_time_s"]), "mem_delta_gib": None, "verified": True})
-    if rows:
-        engine.store.add_experience(rows)
+    if result["reference"]["step_time_s"]:
+        write_campaign_experience(engine, c, result)

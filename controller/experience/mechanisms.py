@@ -146,8 +146,8 @@ _ENTRIES: tuple[Mechanism, ...] = (
        "runs out", ("micro_batch_size", "mbs", "per_device_train_batch_size", "batch_size_per_gpu",
        "train_micro_batch_size_per_gpu", "micro_bs")),
     _m("grad_accum", "kernel", "micro-batches accumulated per optimizer update (usually derived from micro_batch)",
-       ("gradient_accumulation_steps", "grad_accumulation", "accum_steps", "grad_accum_steps", "accumulate_grad_batches",
-        "gradient_accumulation")),
+       ("gradient_accumulation_steps", "gas", "grad_accumulation", "accum_steps", "grad_accum_steps",
+        "accumulate_grad_batches", "gradient_accumulation")),
     _m("sequence_packing", "kernel", "several documents packed into one sequence to avoid padding",
        ("packing", "pack_sequences", "sample_packing", "packed_sequences"), 0.1, 0.3, 0.0, ("off", "on")),
     # ---------------------------------------------------------------- kernel: input pipeline

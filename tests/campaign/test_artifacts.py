@@ -60,19 +60,33 @@ def test_pack_report_and_experience(done) -> None:
     assert pack["campaign"] == c.id and pack["knobs"]["speed"] == 4 and "--speed=4" in pack["command"]
     assert pack["delivered_speedup"] == pytest.approx(c.delivered_speedup)
     assert (out / "REPORT.md").read_text().strip() and (out / "progress.png").stat().st_size > 0
-    exp = eng.store.experience(workload_class="toy")
-    assert exp and all(r["verified"] and r["campaign_id"] == c.id for r in exp)
-    by_value = {r["value"]: r["log_speedup"] for r in exp if r["knob"] == "speed"}
-    assert by_value["4"] == pytest.approx(math.log(4), abs=0.05)  # single-knob changes: ln(t0 / T)
-    assert by_value["2"] == pytest.approx(math.log(2), abs=0.05)
+    effects = eng.store.effects(campaign_id=c.id)
+    assert effects and all(e.campaign == f"toy#{c.id}" and e.noise_floor == pytest.approx(c.doctor["sigma_pair"])
+                           for e in effects)
+    # single-knob changes against the reference: ln(t0 / T), searched knobs only (accum is derived)
+    search = {e.value: e.log_speedup for e in effects if e.mechanism == "speed" and e.tier == "verified-search"
+              and not e.conditioning}
+    assert search["4"] == pytest.approx(math.log(4), abs=0.05)
+    assert search["2"] == pytest.approx(math.log(2), abs=0.05)
+    assert not any(e.knob == "accum" for e in effects)
+    # the promoted candidate changes two searched knobs (speed, chunk): no single-knob re-run effect
+    assert sorted(k for k in build_result(eng, c)["promoted"]["changed"] if k != "accum") == ["chunk", "speed"]
+    assert [e for e in effects if e.tier == "verified-rerun"] == []
+    obs = eng.store.experience_observations(campaign_id=c.id)
+    trials = [t for t in eng.store.list_trials(c.id) if t.stage in ("reference", "search")]
+    assert [o.trial for o in obs] == [t.trial_key for t in trials]
+    assert all(o.canonical["speed"] == str(o.config["speed"]) for o in obs)
+    n = (len(eng.store.effects()), len(eng.store.experience_observations()))
+    write_artifacts(eng, eng.store.get_campaign(c.id))  # report again: nothing duplicated
+    assert (len(eng.store.effects()), len(eng.store.experience_observations())) == n
 
 
 def test_build_result_is_pure_and_rewrite_is_atomic(done) -> None:
     eng, c = done
     c = eng.store.get_campaign(c.id)
-    n_exp = len(eng.store.experience())
+    n_exp = len(eng.store.effects())
     before = build_result(eng, c)
-    assert len(eng.store.experience()) == n_exp  # building writes nothing
+    assert len(eng.store.effects()) == n_exp  # building writes nothing
     paths = write_artifacts(eng, c)
     assert set(paths) == {"dir", "report", "result", "pack", "plot"}
     assert not list(paths["dir"].glob("*.tmp*"))  # no half-written file left behind

@@ -1,0 +1,187 @@
+"""Verified write-back of a real campaign into the experience bank (issue 13, item 1).
+
+Called at report time (:func:`infrarsi.controller.campaign.artifacts.write_artifacts`).  What is written:
+
+- one :class:`~.records.Observation` per reference and search trial (full configuration, canonical mechanism
+  values, patches, step time and peak memory when it ran to the end, the outcome, acceptance and first failed
+  layer as ``verdicts``, the OOM shortfall, and the minimal conflict tuples of the search's failure ledger that
+  the trial contains when it crashed or was rejected);
+- :class:`~.records.Effect` rows only from verified, noise-gated evidence (the same rules as the simulated
+  write-back of ``infrarsi bench transfer``, :mod:`.transfer`): two accepted, patch-free runs (the doctor's
+  reference counts as one) whose searched configurations differ in exactly one knob, one side at that knob's
+  reference value, and whose paired log-speedup ln(t_a / t_b) clears the campaign's big-knob gate (2 x sigma_pair,
+  at least 0.02): tier ``verified-search``, the other non-reference settings as conditioning; and, when the
+  promoted candidate is a single-knob change without patches, that setting with ln(delivered speedup) (tier
+  ``verified-rerun``: its back-to-back re-runs cleared the promotion margin).  Derived knobs (a coupling's
+  ``solve``) never count as a difference.
+
+Idempotency: the records are keyed by (campaign label ``name#id``, trial key[, mechanism, value]) and the store
+skips keys it has (:meth:`infrarsi.controller.store.base.Store.add_effects`), so a crash half-way
+(``INFRARSI_CRASH_AT=in_writeback`` SIGKILLs between the observations and the effects) or a re-run of ``report``
+never duplicates a record.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+from infrarsi.controller.experience.environment import canonical_config, knob_mechanisms
+from infrarsi.controller.experience.mechanisms import mechanism_class, value_key
+from infrarsi.controller.experience.records import Effect, Environment, Observation
+from infrarsi.controller.faults import crash_point
+
+#: the smallest effect ever written, whatever the noise (log-speedup)
+MIN_GATE = 0.02
+
+
+def campaign_label(campaign: Any) -> str:
+    """The source label of a local campaign in the bank: ``name#id``."""
+    return f"{campaign.name}#{campaign.id}"
+
+
+def gate_of(result_reference: Mapping[str, Any]) -> tuple[float, float | None]:
+    """(gate, sigma_pair) from the result's ``reference`` block: the big-knob gate, else 2 x sigma_pair, at least
+    :data:`MIN_GATE`."""
+    sigma = result_reference.get("sigma_pair")
+    sigma = float(sigma) if isinstance(sigma, (int, float)) else None
+    gate = result_reference.get("big_knob_gate")
+    g = float(gate) if isinstance(gate, (int, float)) else 2.0 * (sigma or 0.0)
+    return max(MIN_GATE, g), sigma
+
+
+def campaign_records(contract: Any, campaign: Any, env: Environment, trials: Sequence[Any],
+                     observations: Mapping[int, Any], result: Mapping[str, Any],
+                     banned: Iterable[Iterable[tuple[str, Any]]] = ()) -> tuple[list[Observation], list[Effect]]:
+    """The observations and effects of one campaign (pure: no store).  ``trials`` are TrialRecords,
+    ``observations`` ObservationRecords by trial id, ``result`` the report's result dict (``reference`` block,
+    ``promoted``), ``banned`` the failure ledger's minimal conflict tuples of (knob, value)."""
+    from infrarsi.controller.contract.checks import complete_config
+
+    label = campaign_label(campaign)
+    digest = env.digest()
+    mech = knob_mechanisms(contract)
+    derived = set(contract.derived_knobs)
+    ref_cfg = complete_config(contract, dict(contract.reference_config)) or dict(contract.reference_config)
+    reference = {k.name: k.reference for k in contract.knobs}
+    gate, sigma = gate_of(result.get("reference") or {})
+    banned_t = [tuple(t) for t in banned]
+
+    def canon(name: str, value: Any) -> tuple[str | None, str]:
+        m, cmap = mech.get(name, (None, {}))
+        return m, cmap.get(value_key(value), value_key(value))
+
+    obs_out: list[Observation] = []
+    ok: list[tuple[dict[str, Any], float, str, float | None]] = []
+    t0 = (result.get("reference") or {}).get("step_time_s")
+    if isinstance(t0, (int, float)) and t0 > 0:
+        ok.append((ref_cfg, float(t0), "reference", (result.get("reference") or {}).get("peak_mem_gib")))
+    for t in trials:
+        if t.stage not in ("reference", "search"):
+            continue
+        o = observations.get(t.id)
+        full = complete_config(contract, dict(contract.reference_config) | dict(t.config)) or dict(t.config)
+        ran = t.outcome == "ok" and o is not None and o.step_time_s
+        conf = []
+        if t.outcome in ("crash", "rejected"):
+            sets = {(n, value_key(v)) for n, v in full.items()}
+            for tup in banned_t:
+                if tup and all((n, value_key(v)) in sets for n, v in tup):
+                    pairs = tuple(sorted(canon(n, v) for n, v in tup if canon(n, v)[0]))
+                    if pairs:
+                        conf.append(tuple((str(a), b) for a, b in pairs))
+        obs_out.append(Observation(
+            environment=digest, campaign=label, trial=t.trial_key, config=full,
+            canonical=canonical_config(contract, full), patches=tuple(t.patches),
+            step_time_s=float(o.step_time_s) if ran else None,
+            peak_mem_gib=o.peak_mem_gib if o is not None else None,
+            verdicts={"outcome": t.outcome or t.status, "accepted": bool(o and o.accepted),
+                      **({"first_failed_layer": o.first_failed_layer} if o and o.first_failed_layer else {})},
+            oom_shortfall_gib=o.oom_shortfall_gib if o is not None else None, conflicts=tuple(conf)))
+        if t.stage == "search" and ran and o.accepted and not t.patches:
+            ok.append((full, float(o.step_time_s), t.trial_key, o.peak_mem_gib))
+
+    effects: dict[tuple[str, str, str, str], Effect] = {}
+    for da, ta, _, ma in ok:
+        for db, tb, kb, mb in ok:
+            diff = [n for n in reference if n not in derived and da.get(n) != db.get(n)]
+            if len(diff) != 1:
+                continue
+            name = diff[0]
+            m, value = canon(name, db[name])
+            if m is None or da[name] != reference[name]:
+                continue
+            e = math.log(ta / tb)
+            if abs(e) < gate:
+                continue
+            cond = {mm: v for mm, v in canonical_config(contract, {n: da[n] for n in reference if n not in derived})
+                    .items() if mm != m and v != env.reference_state.get(mm)}
+            eff = Effect(environment=digest, mechanism=m, value=value, klass=mechanism_class(m), log_speedup=e,
+                         noise_floor=sigma, conditioning=cond, tier="verified-search", campaign=label, trial=kb,
+                         knob=name, raw_value=value_key(db[name]),
+                         mem_delta_gib=(mb - ma) if mb is not None and ma is not None else None, env=env)
+            effects.setdefault(eff.key, eff)
+    promoted = result.get("promoted")
+    speedup = result.get("delivered_speedup")
+    if promoted and not promoted.get("patches") and isinstance(speedup, (int, float)) and speedup > 0:
+        changed = [n for n in (promoted.get("changed") or {}) if n not in derived and n in reference]
+        if len(changed) == 1 and abs(math.log(speedup)) >= gate:
+            name = changed[0]
+            m, value = canon(name, promoted["config"][name])
+            if m is not None:
+                eff = Effect(environment=digest, mechanism=m, value=value, klass=mechanism_class(m),
+                             log_speedup=math.log(float(speedup)), noise_floor=sigma, conditioning={},
+                             tier="verified-rerun", campaign=label, trial="promotion", knob=name,
+                             raw_value=value_key(promoted["config"][name]), env=env)
+                effects.setdefault(eff.key, eff)
+    return obs_out, list(effects.values())
+
+
+def write_back(store: Any, campaign_id: int | None, env: Environment, observations: Sequence[Observation],
+               effects: Sequence[Effect]) -> dict[str, int]:
+    """Store one campaign's records idempotently; returns how many observations and effects were new."""
+    store.add_environment(env)
+    n_obs = store.add_observations(observations, campaign_id=campaign_id)
+    crash_point("in_writeback")
+    n_eff = store.add_effects(effects, campaign_id=campaign_id)
+    return {"observations": n_obs, "effects": n_eff}
+
+
+def write_campaign_experience(engine: Any, campaign: Any, result: Mapping[str, Any]) -> dict[str, int]:
+    """Write back a finished campaign of ``engine`` (the report-time hook): environment from the contract and the
+    reference receipt, records from the store's trials and observations, conflicts from the search's ledger."""
+    from infrarsi.controller.experience.environment import campaign_environment
+
+    contract = engine.contract(campaign)
+    store = engine.store
+    doctor = campaign.doctor or {}
+    trials = store.list_trials(campaign.id)
+    obs = store.observations(campaign.id)
+    env = campaign_environment(contract, doctor.get("header_extra"), _reference_versions(engine, campaign, trials))
+    banned: list = []
+    try:
+        banned = list(engine.controller(campaign).ledger.banned)
+    except Exception:  # noqa: BLE001 - conflicts are optional; a model that cannot be rebuilt must not stop this
+        banned = []
+    o, e = campaign_records(contract, campaign, env, trials, obs, result, banned)
+    return write_back(store, campaign.id, env, o, e)
+
+
+def _reference_versions(engine: Any, campaign: Any, trials: Sequence[Any]) -> dict[str, Any] | None:
+    """The software versions of the first ok reference receipt, None when unavailable."""
+    try:
+        from infrarsi.verifier.receipt import load_receipt
+
+        for t in trials:
+            if t.stage == "reference" and t.outcome == "ok":
+                raw = engine.store.receipt_raw(t.id)
+                if raw:
+                    r = load_receipt(raw, engine.settings.master_key(), t.trial_key)
+                    v = (r.header or {}).get("versions")
+                    return dict(v) if isinstance(v, dict) else None
+    except Exception:  # noqa: BLE001 - best effort
+        return None
+    return None
+
+
+__all__ = ["MIN_GATE", "campaign_label", "gate_of", "campaign_records", "write_back", "write_campaign_experience"]
