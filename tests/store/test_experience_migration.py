@@ -1,0 +1,53 @@
+"""Revision 0005 from a database stored at 0004 (tests/store/data/v0004.sqlite: campaigns 1 'old' and 2
+'nanogpt-cpu' with the nanogpt example contract, trials, seven experience rows of which six are verified with a
+log-speedup): the legacy rows survive as effects, the old table stays, the downgrade drops only the new tables."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, inspect, text
+
+from infrarsi.controller.store import migrate, open_store
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_upgrade_from_stored_0004_migrates_experience(tmp_path: Path) -> None:
+    db = tmp_path / "old4.sqlite"
+    shutil.copy(DATA / "v0004.sqlite", db)
+    url = f"sqlite:///{db}"
+    assert migrate.current_revision(url) == "0004"
+    store = open_store(url)
+    assert migrate.current_revision(url) == migrate.head_revision()
+    c = store.get_campaign(2)
+    assert (c.name, c.owner, c.delivered_speedup) == ("nanogpt-cpu", "alice", 2.5)
+    assert [t.trial_key for t in store.list_trials(2)] == ["k21", "k22", "k23", "k24"]
+    got = {(e.knob, e.raw_value): e for e in store.effects()}
+    assert len(got) == 6  # the unverified tf32 row stays only in the legacy table
+    dtype = got[("dtype", "bf16")]
+    assert (dtype.mechanism, dtype.value, dtype.klass, dtype.tier) == ("mixed_precision", "bf16", "kernel", "legacy")
+    assert dtype.log_speedup == pytest.approx(0.41) and dtype.noise_floor == pytest.approx(0.04)
+    assert dtype.mem_delta_gib == pytest.approx(-0.2) and dtype.campaign == "nanogpt-cpu#2"
+    assert dtype.env.gpu_sku == "cpu" and dtype.env.model_family == "nanogpt-cpu" and dtype.env.framework == "torch"
+    assert (got[("attention", "sdpa")].mechanism, got[("attention", "sdpa")].value) == ("attention_kernel", "sdpa")
+    assert got[("optimizer_impl", "fused")].mechanism == "optimizer_fusion"
+    compile_ = got[("use_compile", "True")]  # campaign 1's contract is not parseable: the knob name decides
+    assert (compile_.mechanism, compile_.value, compile_.campaign, compile_.noise_floor) == ("graph_compile", "on",
+                                                                                            "old#1", None)
+    bucket = got[("bucket_cap_mb", "50")]
+    assert (bucket.mechanism, bucket.klass, bucket.campaign, bucket.env.gpu_sku) == ("grad_bucket", "balance",
+                                                                                   "legacy", "A100")
+    assert (got[("mystery_flag", "x")].mechanism, got[("mystery_flag", "x")].klass) == ("mystery_flag", "balance")
+    assert len(store.environments()) == 3
+    assert len(store.effects(campaign_id=2)) == 3
+    assert len(store.experience()) == 7  # nothing lost: the old table is kept
+    # the idempotency key holds for migrated rows too
+    assert store.add_effects(store.effects()) == 0
+    migrate.downgrade(url, "0004")
+    insp = inspect(create_engine(url))
+    assert not {"exp_effects", "exp_observations", "exp_environments"} & set(insp.get_table_names())
+    with create_engine(url).connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM experience")).scalar() == 7
