@@ -26,6 +26,8 @@ SELECT format('GRANT USAGE ON SCHEMA %I TO infrarsi_researcher, infrarsi_admin, 
 REVOKE ALL ON ALL TABLES IN SCHEMA public FROM infrarsi_researcher;
 GRANT SELECT ON alembic_version, workloads, campaigns, trials, receipts, verdicts, observations, cost_ledger, events,
     proposer_requests TO infrarsi_researcher;
+-- the experience bank: environments for all, observations and effects through row-level security (0005)
+GRANT SELECT ON exp_environments, exp_observations, exp_effects TO infrarsi_researcher;
 GRANT INSERT ON campaigns, events TO infrarsi_researcher;
 SELECT format('GRANT USAGE ON SEQUENCE %s TO infrarsi_researcher', pg_get_serial_sequence(t, 'id'))
 FROM unnest(ARRAY['campaigns', 'events']) AS t \gexec
@@ -38,12 +40,17 @@ GRANT SELECT, INSERT, UPDATE ON workloads TO infrarsi_admin;
 SELECT format('GRANT USAGE ON SEQUENCE %s TO infrarsi_admin', pg_get_serial_sequence('workloads', 'id')) \gexec
 GRANT UPDATE (partition) ON campaigns TO infrarsi_admin;
 GRANT SELECT ON experience TO infrarsi_admin;
+-- the experience bank (migration 0005): `infrarsi bank import` and `bank prune` are admin operations
+GRANT SELECT, INSERT, DELETE ON exp_environments, exp_observations, exp_effects TO infrarsi_admin;
+SELECT format('GRANT USAGE ON SEQUENCE %s TO infrarsi_admin', pg_get_serial_sequence(t, 'id'))
+FROM unnest(ARRAY['exp_environments', 'exp_observations', 'exp_effects']) AS t \gexec
 
 -- the daemon: reads and writes every infrarsi table (events stay append-only by trigger), deletes nothing
 GRANT SELECT ON alembic_version TO infrarsi_daemon;
 GRANT SELECT, INSERT, UPDATE ON workloads, campaigns, trials, receipts, verdicts, observations, cost_ledger,
     experience TO infrarsi_daemon;
 GRANT SELECT, INSERT ON proposer_requests TO infrarsi_daemon;
+GRANT SELECT, INSERT, UPDATE ON exp_environments, exp_observations, exp_effects TO infrarsi_daemon;
 GRANT SELECT, INSERT ON events TO infrarsi_daemon;
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO infrarsi_daemon;
 -- = infrarsi.controller.store.lease.grant_sql('infrarsi_daemon'); nobody else gets the lease table
