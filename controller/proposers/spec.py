@@ -52,9 +52,10 @@ def _check_name(v: str) -> str:
 class FolderSpec(_Strict):
     """Today's patch folder: every ``*.diff``/``*.patch`` file in ``dir`` (default: the contract's ``patches.dir``)."""
 
-    kind: Literal["folder"]
-    name: str = "folder"
-    dir: str | None = Field(default=None, max_length=1024)
+    kind: Literal["folder"] = Field(description="folder: candidate patches from a folder of diffs.")
+    name: str = Field(default="folder", description="Unique name of this entry (ledger, reports).")
+    dir: str | None = Field(default=None, max_length=1024, description=(
+        "Folder of *.diff/*.patch files relative to the contract (default: patches.dir)."))
 
     _name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
 
@@ -62,8 +63,9 @@ class FolderSpec(_Strict):
 class CatalogSpec(_Strict):
     """The built-in mechanism catalog: priors for every contract knob that names a known ``mechanism``."""
 
-    kind: Literal["catalog"]
-    name: str = "catalog"
+    kind: Literal["catalog"] = Field(description=(
+        "catalog: priors from the built-in mechanism catalog for knobs naming a known mechanism."))
+    name: str = Field(default="catalog", description="Unique name of this entry (ledger, reports).")
 
     _name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
 
@@ -76,20 +78,23 @@ class LlmSpec(_Strict):
     are checked before each request; a request that could exceed them is not sent.
     """
 
-    kind: Literal["llm"]
-    name: str
-    base_url: str = Field(min_length=1, max_length=1024)
-    model: str = Field(min_length=1, max_length=200)
-    api_key_env: str | None = Field(default=None, max_length=100)
-    temperature: float = Field(default=0.2, ge=0, le=2)
-    max_tokens: int = Field(default=4096, ge=1, le=1_000_000)
-    budget_tokens: int | None = Field(default=None, ge=1, le=10**12)
-    budget_usd: float | None = Field(default=None, gt=0, le=1e7)
-    price_in: float | None = Field(default=None, ge=0, le=1e6)
-    price_out: float | None = Field(default=None, ge=0, le=1e6)
-    timeout_s: float = Field(default=120.0, gt=0, le=3600)
-    max_retries: int = Field(default=3, ge=0, le=10)
-    max_concurrent: int = Field(default=1, ge=1, le=64)
+    kind: Literal["llm"] = Field(description="llm: an OpenAI-compatible chat-completions endpoint.")
+    name: str = Field(description="Unique name of this entry (ledger, reports).")
+    base_url: str = Field(min_length=1, max_length=1024, description="The endpoint's base URL (http or https).")
+    model: str = Field(min_length=1, max_length=200, description="Model name sent with each request.")
+    api_key_env: str | None = Field(default=None, max_length=100, description=(
+        "NAME of the environment variable holding the API key, read at call time (none: no key)."))
+    temperature: float = Field(default=0.2, ge=0, le=2, description="Sampling temperature.")
+    max_tokens: int = Field(default=4096, ge=1, le=1_000_000, description="Largest completion per request (tokens).")
+    budget_tokens: int | None = Field(default=None, ge=1, le=10**12, description=(
+        "Input + output tokens this proposer may spend in the campaign (none: no token budget)."))
+    budget_usd: float | None = Field(default=None, gt=0, le=1e7, description=(
+        "USD this proposer may spend (needs price_in and price_out)."))
+    price_in: float | None = Field(default=None, ge=0, le=1e6, description="USD per 1M input tokens.")
+    price_out: float | None = Field(default=None, ge=0, le=1e6, description="USD per 1M output tokens.")
+    timeout_s: float = Field(default=120.0, gt=0, le=3600, description="Seconds one request may take.")
+    max_retries: int = Field(default=3, ge=0, le=10, description="Retries of a failed request.")
+    max_concurrent: int = Field(default=1, ge=1, le=64, description="Requests of this entry in flight at once.")
 
     _name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
 
@@ -124,14 +129,18 @@ class AgentSpec(_Strict):
     read-only folders it needs (its install, its config).  Its proposal is the diff it leaves.
     """
 
-    kind: Literal["agent"]
-    name: str
-    command: list[str] | str
-    timeout_s: float = Field(default=600.0, gt=0, le=86400)
-    max_concurrent: int = Field(default=1, ge=1, le=64)
-    env: list[str] = Field(default_factory=list, max_length=100)
-    network: bool = True
-    ro_paths: list[str] = Field(default_factory=list, max_length=100)
+    kind: Literal["agent"] = Field(description="agent: an external coding-agent command run in a sandboxed copy.")
+    name: str = Field(description="Unique name of this entry (ledger, reports).")
+    command: list[str] | str = Field(description=(
+        "The agent's command (string split with shell rules, or a list); {prompt_file} is replaced by the prompt "
+        "file's path, else the prompt goes to stdin."))
+    timeout_s: float = Field(default=600.0, gt=0, le=86400, description="Seconds one agent run may take.")
+    max_concurrent: int = Field(default=1, ge=1, le=64, description="Agent runs of this entry at once.")
+    env: list[str] = Field(default_factory=list, max_length=100, description=(
+        "Names of environment variables passed through to the agent (e.g. its API key)."))
+    network: bool = Field(default=True, description="Let the agent reach the network (its API).")
+    ro_paths: list[str] = Field(default_factory=list, max_length=100, description=(
+        "Further read-only folders the agent needs (its install, its config)."))
 
     _name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
 
@@ -170,9 +179,11 @@ ProposerEntry = Annotated[Union[FolderSpec, CatalogSpec, LlmSpec, AgentSpec], Fi
 class ProposersSpec(_Strict):
     """The ``proposers:`` section: the entries, the prompt bound, and how many requests may be in flight."""
 
-    entries: list[ProposerEntry] = Field(default_factory=lambda: [FolderSpec(kind="folder")], max_length=32)
-    prompt_chars: int = Field(default=DEFAULT_PROMPT_CHARS, ge=2000, le=2_000_000)
-    max_concurrent: int = Field(default=2, ge=1, le=256)
+    entries: list[ProposerEntry] = Field(default_factory=lambda: [FolderSpec(kind="folder")], max_length=32,
+                                         description="The proposers, each with a kind: folder, catalog, llm, agent.")
+    prompt_chars: int = Field(default=DEFAULT_PROMPT_CHARS, ge=2000, le=2_000_000, description=(
+        "Bound on every prompt, in characters."))
+    max_concurrent: int = Field(default=2, ge=1, le=256, description="Requests in flight over all proposers.")
 
     @model_validator(mode="before")
     @classmethod
