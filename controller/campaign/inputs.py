@@ -9,10 +9,11 @@ trial sees it (relative to the job's working directory; default: ``path`` itself
   anything holding or inside the controller's home or scratch, where the signing key and the trials' ``out/`` live;
   a link inside the input that leads out of it; a FIFO, socket or device), refuses an ``at`` that would hide a
   frozen, editable or config-knob file, and -- with ``digest: lock``, the default -- writes a manifest of
-  ``(relpath, size, mtime_ns, sha256)`` (links: their target) into the campaign's workdir, hashed the way the exec
+  ``(relpath, size, mtime_ns, sha256, ctime_ns)`` (links: their target) into the campaign's workdir, hashed the way the exec
   wrapper hashes frozen files (:func:`infrarsi.verifier.exec.hash_file`: no link is followed, no special file read).
 * before every launch (:func:`check_inputs`) the manifest is re-checked cheaply: one ``lstat`` per entry, and a full
-  re-hash only of a file whose size or mtime moved.  A changed, missing or new file raises :class:`InputChanged`
+  re-hash only of a file whose size, mtime or ctime moved (ctime cannot be set back by ``touch``, so content
+  rewritten with its old size and mtime restored is still re-hashed).  A changed, missing or new file raises :class:`InputChanged`
   (one line naming the input and the file), which fails the campaign: trials measured on different data would not
   be comparable.
 * the trial's source tree gets an empty mount point at ``at`` (:func:`make_mount_points`; committed files there are
@@ -121,22 +122,22 @@ def resolve_input(repo: Path, inp: Any, forbidden: Iterable[Path] = ()) -> dict[
     return {"name": name, "path": str(host), "at": at, "kind": kind, "digest": inp.digest}
 
 
-def _walk(host: Path, kind: str, name: str) -> dict[str, tuple[str, int, int]]:
-    """``{relpath: (type, size, mtime_ns)}`` of everything in the input, read with ``lstat`` (type ``f`` or
+def _walk(host: Path, kind: str, name: str) -> dict[str, tuple[str, int, int, int]]:
+    """``{relpath: (type, size, mtime_ns, ctime_ns)}`` of everything in the input, read with ``lstat`` (type ``f`` or
     ``l``; directories are implied).  A file input is the single entry ``""``.  ScopeError for special files."""
     if kind == "file":
         st = os.lstat(host)
-        return {"": ("f", st.st_size, st.st_mtime_ns)}
-    out: dict[str, tuple[str, int, int]] = {}
+        return {"": ("f", st.st_size, st.st_mtime_ns, st.st_ctime_ns)}
+    out: dict[str, tuple[str, int, int, int]] = {}
     for dirpath, dirnames, filenames in os.walk(host, followlinks=False):
         for n in sorted(dirnames + filenames):
             p = os.path.join(dirpath, n)
             st = os.lstat(p)
             rel = os.path.relpath(p, host)
             if stat.S_ISLNK(st.st_mode):
-                out[rel] = ("l", st.st_size, st.st_mtime_ns)
+                out[rel] = ("l", st.st_size, st.st_mtime_ns, st.st_ctime_ns)
             elif stat.S_ISREG(st.st_mode):
-                out[rel] = ("f", st.st_size, st.st_mtime_ns)
+                out[rel] = ("f", st.st_size, st.st_mtime_ns, st.st_ctime_ns)
             elif not stat.S_ISDIR(st.st_mode):
                 raise ScopeError(f"inputs: '{name}': {rel} is not a regular file, directory or link")
     return out
@@ -160,15 +161,16 @@ def _link_target(host: Path, rel: str, name: str) -> str:
 
 
 def build_manifest(item: dict[str, Any]) -> dict[str, Any]:
-    """The manifest of one resolved input: ``{"files": {rel: [size, mtime_ns, sha256]}, "links": {rel: target}}``."""
+    """The manifest of one resolved input: ``{"files": {rel: [size, mtime_ns, sha256, ctime_ns]}, "links": {rel:
+    target}}``."""
     host, kind, name = Path(item["path"]), item["kind"], item["name"]
     files: dict[str, list[Any]] = {}
     links: dict[str, str] = {}
-    for rel, (typ, size, mtime) in sorted(_walk(host, kind, name).items()):
+    for rel, (typ, size, mtime, ctime) in sorted(_walk(host, kind, name).items()):
         if typ == "l":
             links[rel] = _link_target(host, rel, name)
         else:
-            files[rel] = [size, mtime, _hash(host, kind, rel)]
+            files[rel] = [size, mtime, _hash(host, kind, rel), ctime]
     return {"files": files, "links": links}
 
 
@@ -214,8 +216,8 @@ def lock_inputs(repo: Path, contract: Any, workdir: Path, forbidden: Iterable[Pa
     return items
 
 
-#: (path, size, mtime_ns, ino) -> sha256 of files re-hashed once already (a touched but unchanged file)
-_REHASHED: dict[tuple[str, int, int, int], str] = {}
+#: (path, size, mtime_ns, ctime_ns, ino) -> sha256 of files re-hashed once already (a touched but unchanged file)
+_REHASHED: dict[tuple[str, int, int, int, int], str] = {}
 
 
 def _load_manifest(item: dict[str, Any]) -> dict[str, Any]:
@@ -231,7 +233,7 @@ def _load_manifest(item: dict[str, Any]) -> dict[str, Any]:
 
 def check_input(item: dict[str, Any]) -> None:
     """Re-check one locked input against its manifest: ``lstat`` every entry, re-hash a file only when its size or
-    mtime moved.  InputChanged naming the input and the first file that differs (changed, missing, new, link)."""
+    mtime or ctime moved.  InputChanged naming the input and the first file that differs (changed, missing, new, link)."""
     if item.get("digest") != "lock":
         if not os.path.lexists(item["path"]):
             raise InputChanged(f"inputs: '{item['name']}': {item['path']} is gone")
@@ -249,7 +251,7 @@ def check_input(item: dict[str, Any]) -> None:
     for rel in sorted(set(files) | set(links)):
         if rel not in now:
             raise InputChanged(f"{where}: {rel or host.name} is missing since init")
-    for rel, (typ, size, mtime) in sorted(now.items()):
+    for rel, (typ, size, mtime, ctime) in sorted(now.items()):
         label = rel or host.name
         if typ == "l":
             if rel not in links or os.readlink(host / rel) != links[rel]:
@@ -257,12 +259,12 @@ def check_input(item: dict[str, Any]) -> None:
             continue
         if rel not in files:
             raise InputChanged(f"{where}: {label} is new since init")
-        lsize, lmtime, lsha = files[rel]
-        if (size, mtime) == (lsize, lmtime):
+        lsize, lmtime, lsha, lctime = files[rel]
+        if (size, mtime, ctime) == (lsize, lmtime, lctime):
             continue
         p = host if kind == "file" else host / rel
         ino = os.lstat(p).st_ino
-        key = (str(p), size, mtime, ino)
+        key = (str(p), size, mtime, ctime, ino)
         sha = _REHASHED.get(key) or _hash(host, kind, rel)
         if sha != lsha:
             raise InputChanged(f"{where}: {label} changed since init (sha256 {sha[:12]}, locked {lsha[:12]})")

@@ -447,8 +447,9 @@ class Input(_Strict):
         "EROFS); with INFRARSI_ISOLATION=none it is a symlink to path (no copy, and nothing stops the unsandboxed "
         "job writing through it)."))
     digest: Literal["lock", "none"] = Field(default="lock", description=(
-        "lock: at init record (relpath, size, mtime, sha256) of every file, read without following links; before "
-        "each trial re-check size and mtime and re-hash only what moved: a changed, missing or new file fails the "
+        "lock: at init record (relpath, size, mtime, ctime, sha256) of every file, read without following links; "
+        "before each trial re-check size, mtime and ctime and re-hash only what moved: a changed, missing or new "
+        "file fails the "
         "campaign with a line naming it. none: no manifest (the input may change between trials)."))
 
     @field_validator("path", "at")

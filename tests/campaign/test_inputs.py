@@ -102,8 +102,8 @@ def test_recheck_is_cheap_and_names_a_changed_missing_or_new_file(repo: Path, tm
     check_inputs(items)
     data = repo / "data" / "train.bin"
     st = os.stat(data)
-    data.write_bytes(DATA[:-1] + b"X")  # same size; restore the mtime too: a size+mtime-only check would miss it...
-    os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # ...so the mtime moves and the re-hash catches it
+    data.write_bytes(DATA[:-1] + b"X")  # same size, and the old mtime restored: a size+mtime check would miss it,
+    os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns))  # but the ctime moved (no one can set it back): re-hashed
     with pytest.raises(InputChanged, match=r"inputs: 'data': train.bin changed since init"):
         check_inputs(items)
     data.write_bytes(DATA)
