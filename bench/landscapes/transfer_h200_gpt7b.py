@@ -24,7 +24,7 @@ ENVIRONMENT = {"gpu_sku": "H200", "gpu_mem_gib": 141.0, "peak_tflops": 989.0, "b
 
 KNOBS = [
     {"name": "use_fp8", "values": ["no", "e4m3"], "reference": "no", "mechanism": "low_precision_gemm",
-     "canonical": {"no": "off", "e4m3": "on"}, "prior_mean": {"e4m3": 0.04}},
+     "canonical": {"no": "off", "e4m3": "on"}},
     {"name": "tp", "values": [1, 2, 4], "reference": 1, "ordered": True, "mechanism": "tensor_parallel",
      "mem_prior_gib": {2: -15.0, 4: -25.0}},
     {"name": "compile", "values": ["none", "inductor"], "reference": "none", "mechanism": "graph_compile",

@@ -25,7 +25,7 @@ ENVIRONMENT = {"gpu_sku": "H20", "gpu_mem_gib": 96.0, "peak_tflops": 148.0, "ban
 #: priors as a generic catalog states them (the same on both landscapes; they ignore the hardware)
 KNOBS = [
     {"name": "fp8", "values": [False, True], "reference": False, "mechanism": "low_precision_gemm",
-     "canonical": {"False": "off", "True": "on"}, "prior_mean": {True: 0.04}},
+     "canonical": {"False": "off", "True": "on"}},
     {"name": "tensor_model_parallel_size", "values": [1, 2, 4], "reference": 1, "ordered": True,
      "mechanism": "tensor_parallel", "mem_prior_gib": {2: -15.0, 4: -25.0}},
     {"name": "torch_compile", "values": [False, True], "reference": False, "mechanism": "graph_compile",

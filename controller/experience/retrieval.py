@@ -56,7 +56,7 @@ REF_STATE_WEIGHT = 0.25
 #: the distance term for a parameter count or sequence length unknown on either side
 UNKNOWN_TERM = 1.0
 #: prior SD (log-speedup) a record gains per unit of distance when read as a measurement of the target's effect
-TAU_DISTANCE = 0.15
+TAU_DISTANCE = 0.08
 #: extra prior SD of a partial-scope record (it may not transfer at all)
 TAU_PARTIAL = 0.20
 #: extra prior SD of a legacy (pre-protocol) record
@@ -309,7 +309,7 @@ def setting_priors(retrieved: Sequence[Retrieved], base: Mapping[tuple[str, Any]
         mean, sd = _pool([r.effect.log_speedup for r in rs], [record_sd(r) for r in rs])
         m, s = combine(m0, s0 if s0 > 0 else default_sd, mean, sd)
         row: dict[str, Any] = {"knob": knob, "value": value, "log_speedup": m, "prior_sd": s, "records": len(rs),
-                               "coverage": rs[0].coverage}
+                               "coverage": rs[0].coverage, "distance": min(r.distance for r in rs)}
         mem = [r for r in rs if r.effect.mem_delta_gib is not None]
         if mem:
             sds = [math.sqrt(1.0 + (TAU_MEM_DISTANCE * r.distance) ** 2

@@ -104,6 +104,10 @@ class SearchController:
         known += [tuple(tuple(s) for s in r["conflict"]) for r in self.experience if "conflict" in r]
         self.ledger = FailureLedger(exclude_after=int(self.tune["exclude_after"]), known_conflicts=known)
         self.prior_mu, self.prior_sd = self._knob_priors()
+        #: settings whose prior came from experience measured elsewhere (retrieved at distance > 0): prior mean
+        self.transferred: dict[Setting, float] = {
+            (r["knob"], r["value"]): float(r["log_speedup"]) for r in self.experience
+            if "knob" in r and "prior_sd" in r and float(r.get("distance") or 0.0) > 0}
         self.ledger.risk = lambda st: float(self.prior_mu[self.fmap.index[st]]) if st in self.fmap.index else 0.0
         nv = max(self.sigma, float(self.tune["model_noise_floor"])) ** 2
         self.time = TimeModel(self.fmap, self.prior_mu, self.prior_sd, nv, float(self.tune["pair_prior_sd"]),

@@ -20,10 +20,12 @@ busy one patch probe may run beside them.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
+from infrarsi.controller.search.models import log_speedup
 from infrarsi.controller.search.space import PATCH, Candidate, Outcome, Setting, settings_key
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -117,6 +119,10 @@ def initial_starts(ctrl: "SearchController") -> list[Candidate]:
             v = best["config"].get(k.name, k.reference)
             d[k.name] = v if v in k.values else k.reference
         cand = Candidate.from_dict(d)
+        if float(ctrl.predict([cand])[2][0]) < 0.5:  # measured elsewhere, maybe with more memory: add a saver
+            saver = _best_saver(ctrl, cand)
+            if saver is not None:
+                cand = cand.with_values({saver[0]: saver[1]})
         if not cand.is_reference(ctrl.space) and _legal_unblocked(ctrl, cand):
             starts.append(cand)
     sample = pool.rows(rng)
@@ -297,19 +303,60 @@ def _tried(ctrl: "SearchController", busy: set[Candidate] = frozenset()) -> set[
 
 
 def _contrarian(ctrl: "SearchController", busy: set[Candidate] = frozenset()) -> Iterator[tuple[str, Candidate]]:
-    """Untried settings the prior rates low (<= 0) yet whose two-sigma upside clears the gate."""
+    """Untried settings the prior (stated, or transferred from experience measured elsewhere) rates low (<= 0)
+    yet whose two-sigma upside clears the gate."""
     tried = _tried(ctrl, busy)
     picks = []
     for s, (prior, post, sd) in ctrl.single_effects().items():
         if s[0] == PATCH or s in tried:
             continue
         k = ctrl.space.knob(s[0])
-        if not k.prior_mean or s[1] not in k.prior_mean or prior > 0:
+        stated = bool(k.prior_mean) and s[1] in k.prior_mean
+        if not (stated or s in ctrl.transferred) or prior > 0:
             continue
         if post + 2 * sd >= ctrl.gate:
             picks.append((-(post + 2 * sd), settings_key(s), s))
     for _, _, s in sorted(picks)[:1]:
         yield "contrarian", _with_setting(ctrl, ctrl.incumbent, s)
+
+
+def _apart_effect(ctrl: "SearchController", s: Setting) -> float | None:
+    """Mean paired log-speedup of setting ``s`` over pairs of ok trials that differ in exactly ``s`` (the reference
+    run counts as a trial at 0), None when it was never measured apart here."""
+    ok = [(c.settings(ctrl.space), log_speedup(ctrl.t0, o.step_time_s)) for c, o in ctrl.history
+          if o.status == "ok"] + [(frozenset(), 0.0)]
+    diffs = [yx - yy for x, yx in ok if s in x for y, yy in ok if s not in y and x - {s} == y]
+    return float(np.mean(diffs)) if diffs else None
+
+
+def _transfer_check(ctrl: "SearchController", busy: set[Candidate] = frozenset()) -> Iterator[tuple[str, Candidate]]:
+    """Check a transferred belief: the incumbent without one of its settings whose prior came from experience
+    measured elsewhere (distance > 0), says it helps by at least the gate and was not yet measured apart here;
+    the largest prior first.
+
+    Retrieved experience only sets priors; this makes the target's own paired observation govern the beliefs
+    that steered the search into its incumbent (an effect that flipped sign between GPU generations is caught
+    at once).  Checks go on only while they refute: once such a belief holds (its paired effect here is at least
+    half its prior), the smaller ones are trusted.  Beliefs that a setting hurts are probed by the contrarian
+    operator instead.  One proposal per ask."""
+    helps = {st: p for st, p in ctrl.transferred.items() if p >= ctrl.gate and st[0] != PATCH}
+    if not helps or ctrl.incumbent.is_reference(ctrl.space):
+        return
+    for st, prior in helps.items():
+        got = _apart_effect(ctrl, st)
+        if got is not None and got >= 0.5 * prior:
+            return
+    inc = ctrl.incumbent
+    picks = []
+    for st in inc.settings(ctrl.space):
+        if st not in helps or _apart_effect(ctrl, st) is not None:
+            continue
+        cand = inc.with_values({st[0]: ctrl.space.knob(st[0]).reference})
+        if cand in ctrl.told or cand in ctrl.outstanding or cand in busy or cand.is_reference(ctrl.space):
+            continue
+        picks.append((-helps[st], settings_key(st), cand))
+    for _, _, cand in sorted(picks, key=lambda t: (t[0], t[1]))[:1]:
+        yield "transfer-check", cand
 
 
 def _patch_ops(ctrl: "SearchController", upside_low: bool,
@@ -374,6 +421,7 @@ def propose(ctrl: "SearchController", rng: np.random.Generator, taken: set[Candi
     """
     for c in ctrl.starts:
         yield "start", c
+    yield from _transfer_check(ctrl, busy)
     order = sorted(range(len(ctrl.queue)), key=lambda i: (PRIORITY.get(ctrl.queue[i][0], 2), -i))
     busy_followups = [b for b in busy if b in ctrl.queue_tags]
     for i in order:

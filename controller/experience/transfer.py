@@ -1,0 +1,222 @@
+"""``infrarsi bench transfer``: measured transfer of experience between two simulated landscapes (issue 13, item 5).
+
+Per repeat (seed s):
+
+1. **Source**: a full simulated campaign on the source landscape (doctor, cold search, promotion re-runs;
+   :func:`infrarsi.controller.search.benchmark.simulate_campaign`) and verified write-back
+   (:func:`campaign_records`) into a fresh bank, an in-memory store (:class:`MemoryStore`).
+2. **Target**, once per mode, on the same seed: ``cold`` (an empty bank), ``bank-all`` (every record of a matching
+   mechanism as a prior regardless of scope or distance: retrieval mode ``all``) and ``bank-filtered`` (the scope
+   check, distance and ranking: retrieval mode ``filtered``).  The records reach the search as
+   ``SearchController(experience=...)`` (:func:`.retrieval.search_experience`), exactly as a real campaign's
+   doctor freezes them.
+3. Scoring as ``infrarsi bench search`` (:func:`infrarsi.controller.search.benchmark.score_campaign`): trials and
+   GPU hours until the best verified candidate reaches 90% of the target's peak log-speedup, the promoted
+   candidate's noise-free speedup, and false promotions.
+
+Write-back of a simulated campaign (:func:`campaign_records`), the same evidence rules as a real one:
+one Observation per search trial (canonical mechanism values, outcome, OOM shortfall, minimal conflict tuples from
+the search's failure attribution); Effects only from verified, noise-gated evidence: two accepted trials (the
+doctor's reference counts as one) that differ in exactly one knob, one side at that knob's reference value, whose
+paired log-speedup clears the campaign's big-knob gate (tier ``verified-search``; the other non-reference
+settings are the effect's conditioning), and each single-knob setting of the promoted candidate when its
+back-to-back re-runs cleared the promotion margin as a single-knob change (tier ``verified-rerun``).
+
+Landscapes declare ``ENVIRONMENT`` (the :class:`Environment` fields) and knobs their ``mechanism`` and
+``canonical`` value map; a landscape without ``ENVIRONMENT`` is refused with a one-line error.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import replace
+from typing import Any, Sequence
+
+from infrarsi.controller.errors import InfrarsiError
+from infrarsi.controller.experience.records import Effect, Environment, Observation
+from infrarsi.controller.experience.retrieval import (TargetKnob, reference_state, search_experience,
+                                                      target_knobs)
+from infrarsi.controller.search.benchmark import SimulatedCampaign, _median_or_none, score_campaign, simulate_campaign
+from infrarsi.controller.search.failures import FailureLedger
+from infrarsi.controller.search.landscape import Landscape
+from infrarsi.controller.search.space import PATCH, Candidate, SearchSpace, settings_key
+
+#: transfer modes and the retrieval mode each uses (None: no bank)
+MODES: dict[str, str | None] = {"cold": None, "bank-all": "all", "bank-filtered": "filtered"}
+
+
+def landscape_environment(land: Landscape, knobs: Sequence[TargetKnob]) -> Environment:
+    """The landscape's ``ENVIRONMENT`` as an :class:`Environment`, its reference state from the knobs."""
+    raw = getattr(land.module, "ENVIRONMENT", None)
+    if not isinstance(raw, dict) or "gpu_sku" not in raw:
+        raise InfrarsiError(f"{land.path}: bench transfer needs an ENVIRONMENT dict with at least gpu_sku")
+    try:
+        env = Environment.from_dict(dict(raw))
+    except (TypeError, ValueError) as exc:
+        raise InfrarsiError(f"{land.path}: ENVIRONMENT: {exc}") from exc
+    return replace(env, reference_state={**reference_state(knobs), **env.reference_state})
+
+
+def landscape_knobs(land: Landscape) -> tuple[TargetKnob, ...]:
+    """The landscape's knobs normalized onto the catalog (its KNOBS dicts, ``mechanism`` and ``canonical``)."""
+    return target_knobs(land.module.KNOBS)
+
+
+def base_priors(space: SearchSpace, default_sd: float = 0.10) -> dict[tuple[str, Any], tuple[float, float]]:
+    """Each non-reference knob setting's own prior (stated mean, stated SD or ``default_sd``)."""
+    out = {}
+    for k in space.knobs:
+        sd = k.prior_sd if k.prior_sd is not None else default_sd
+        for v in k.values:
+            if v != k.reference:
+                out[(k.name, v)] = (k.prior_of(v), sd)
+    return out
+
+
+def _canonical(knobs: Sequence[TargetKnob], config: dict[str, Any]) -> dict[str, str]:
+    return {k.mechanism: k.canonical_of(config[k.name]) for k in knobs if k.mechanism and k.name in config}
+
+
+def campaign_records(land: Landscape, camp: SimulatedCampaign, label: str) -> tuple[Environment, list[Observation],
+                                                                                    list[Effect]]:
+    """Verified write-back of one simulated campaign (see the module docstring)."""
+    knobs = landscape_knobs(land)
+    by_name = {k.name: k for k in knobs}
+    env = landscape_environment(land, knobs)
+    digest = env.digest()
+    space = land.space
+    ref = space.reference()
+    gate = float(camp.noise.big_knob_gate)
+    sigma = float(camp.noise.sigma_pair)
+    ledger = FailureLedger()
+    for cand, o in camp.result.trials:
+        ledger.record(cand.settings(space), o, lambda _s: 0.0)
+    banned = [tuple(sorted(t, key=lambda s: (s[0], str(s[1])))) for t in ledger.banned]
+    observations: list[Observation] = []
+    ok: list[tuple[Candidate, float, str, float | None]] = [(ref, camp.t0, "reference", camp.reference_peak_mem_gib)]
+    for i, (cand, o) in enumerate(camp.result.trials):
+        key = f"t{i:03d}"
+        sets = cand.settings(space)
+        conf = tuple(tuple((by_name[n].mechanism, by_name[n].canonical_of(v)) for n, v in t
+                           if n in by_name and by_name[n].mechanism)
+                     for t in banned if set(t) <= sets and o.status in ("crash", "rejected"))
+        shortfall = (o.requested_gib - o.capacity_gib) if o.status == "oom" and o.requested_gib and o.capacity_gib \
+            else None
+        observations.append(Observation(
+            environment=digest, campaign=label, trial=key, config=cand.as_dict(),
+            canonical=_canonical(knobs, cand.as_dict()), patches=tuple(sorted(cand.patches)),
+            step_time_s=o.step_time_s if o.status == "ok" else None,
+            peak_mem_gib=o.peak_mem_gib if o.status == "ok" else None,
+            verdicts={"outcome": o.status}, oom_shortfall_gib=shortfall, conflicts=tuple(c for c in conf if c)))
+        if o.status == "ok" and o.step_time_s and not cand.patches:
+            ok.append((cand, float(o.step_time_s), key, o.peak_mem_gib))
+    observations.insert(0, Observation(environment=digest, campaign=label, trial="reference",
+                                       config=ref.as_dict(), canonical=_canonical(knobs, ref.as_dict()),
+                                       step_time_s=camp.t0, peak_mem_gib=camp.reference_peak_mem_gib,
+                                       verdicts={"outcome": "ok"}))
+    effects: dict[tuple[str, str, str, str], Effect] = {}
+    for a, ta, _, ma in ok:
+        da = a.as_dict()
+        for b, tb, kb, mb in ok:
+            db = b.as_dict()
+            diff = [n for n in da if da[n] != db[n]]
+            if len(diff) != 1:
+                continue
+            name = diff[0]
+            k = by_name.get(name)
+            if k is None or not k.mechanism or da[name] != k.reference:
+                continue
+            e = math.log(ta / tb)
+            if abs(e) < gate:
+                continue  # noise-gated: only effects beyond the campaign's gate are evidence
+            cond = {m: v for m, v in _canonical(knobs, da).items() if m != k.mechanism
+                    and v != env.reference_state.get(m)}
+            value = k.canonical_of(db[name])
+            eff = Effect(environment=digest, mechanism=k.mechanism, value=value, klass=k.klass, log_speedup=e,
+                         noise_floor=sigma, conditioning=cond, tier="verified-search", campaign=label, trial=kb,
+                         knob=name, raw_value=str(db[name]),
+                         mem_delta_gib=(mb - ma) if mb is not None and ma is not None else None, env=env)
+            effects.setdefault(eff.key, eff)
+    coefs = camp.result.summary.get("coefficients") or {}
+    for k in knobs:
+        if not k.mechanism:
+            continue
+        for v in k.values:
+            got = coefs.get(settings_key((k.name, v)))
+            if v == k.reference or got is None:
+                continue
+            mean, sd = float(got[0]), float(got[1])
+            if abs(mean) < gate or abs(mean) < 2.0 * sd:
+                continue  # noise-gated: the pooled estimate must clear the gate and two posterior SDs
+            eff = Effect(environment=digest, mechanism=k.mechanism, value=k.canonical_of(v), klass=k.klass,
+                         log_speedup=mean, noise_floor=max(sigma, sd), conditioning={}, tier="verified-search",
+                         campaign=label, trial="model", knob=k.name, raw_value=str(v), env=env)
+            effects.setdefault(eff.key, eff)
+    promo = camp.result.promotion
+    if promo.candidate is not None and promo.speedup > 1.0:
+        sets = [s for s in promo.candidate.settings(space) if s[0] != PATCH]
+        if len(sets) == 1:
+            (name, v), = sets
+            k = by_name.get(name)
+            if k is not None and k.mechanism:
+                eff = Effect(environment=digest, mechanism=k.mechanism, value=k.canonical_of(v), klass=k.klass,
+                             log_speedup=math.log(promo.speedup), noise_floor=sigma, conditioning={},
+                             tier="verified-rerun", campaign=label, trial="promotion", knob=name, raw_value=str(v),
+                             env=env)
+                effects.setdefault(eff.key, eff)
+    return env, observations, list(effects.values())
+
+
+def run_transfer(source: Landscape, target: Landscape, modes: Sequence[str] = tuple(MODES), trials: int = 30,
+                 repeats: int = 10, seed0: int = 0, source_trials: int | None = None) -> dict[str, Any]:
+    """The transfer benchmark's JSON object (see ``bench/README.md``)."""
+    from infrarsi.controller.store.memory import MemoryStore
+
+    bad = [m for m in modes if m not in MODES]
+    if not modes or bad:
+        raise InfrarsiError(f"--modes: unknown {', '.join(bad) or '(empty)'}; choose from {', '.join(MODES)}")
+    peak = target.peak_speedup()
+    tknobs = landscape_knobs(target)
+    tenv = landscape_environment(target, tknobs)
+    base = base_priors(target.space)
+    scores: dict[str, list[Any]] = {m: [] for m in modes}
+    records: dict[str, list[int]] = {m: [] for m in modes}
+    grades: dict[str, dict[str, str]] = {}
+    for r in range(repeats):
+        seed = seed0 + r
+        bank = MemoryStore()
+        src = simulate_campaign(source, "infrarsi", seed, source_trials or trials)
+        env, obs, effs = campaign_records(source, src, f"source-{seed}")
+        bank.add_environment(env)
+        bank.add_observations(obs)
+        bank.add_effects(effs)
+        stored_effects = bank.effects()
+        stored_obs = bank.experience_observations()
+        envs = bank.environments()
+        for m in modes:
+            exp: list[dict] = []
+            if MODES[m] is not None:
+                exp, g = search_experience(stored_effects, stored_obs, envs, tenv, tknobs, base, MODES[m])
+                if r == 0:
+                    grades[m] = dict(g)
+            camp = simulate_campaign(target, "infrarsi", seed, trials, experience=exp)
+            scores[m].append(score_campaign(target, camp, peak))
+            records[m].append(len(exp))
+    out: dict[str, Any] = {"source": source.name, "target": target.name, "peak_speedup": peak, "trials": trials,
+                           "repeats": repeats, "modes": {}}
+    for m in modes:
+        s = scores[m]
+        out["modes"][m] = {
+            "median_trials_to_90": _median_or_none([x.trials_to_90 for x in s]),
+            "median_gpu_hours_to_90": _median_or_none([x.gpu_hours_to_90 for x in s]),
+            "median_final_speedup": statistics.median(x.final_speedup for x in s),
+            "false_promotions": sum(x.false_promotion for x in s),
+            "median_records": statistics.median(records[m]),
+        }
+        if m in grades:
+            out["modes"][m]["coverage_first_repeat"] = grades[m]
+    return out
+
+
+__all__ = ["MODES", "landscape_environment", "landscape_knobs", "base_priors", "campaign_records", "run_transfer"]
