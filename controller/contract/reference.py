@@ -22,6 +22,7 @@ from infrarsi.controller.contract.checks import KNOWN_PRECISIONS
 from infrarsi.controller.contract.model import (
     NO_CAP_GIB, RENDER_STYLES, ConfigApply, Contract, EnvApply, FlagApply, Knob,
 )
+from infrarsi.controller.contract.scaffold import KNOB_MECHANISMS
 from infrarsi.surrogate.noise import MIN_STEPS_PER_RUN
 
 #: what each name in ``precision_menu`` (and the adapter's ``precision=``) means
@@ -95,6 +96,38 @@ EXAMPLES: dict[str, str] = {
     "forbid": "forbid:\n  - {compile: true, attention: math}",
     "launch.trial_args": 'trial_args: ["--max_iters=30", "--eval_interval=0", "--log_interval=1"]',
     "launch.trial_env": "trial_env:\n  WANDB_MODE: disabled",
+    "proposers": "proposers:\n  entries:\n    - {kind: folder}\n    - {kind: catalog}",
+    "proposers.entries": "entries:\n  - {kind: folder, dir: patches}\n  - {kind: llm, name: gpt, base_url: "
+                         "https://api.openai.com/v1, model: gpt-4.1, api_key_env: OPENAI_API_KEY}",
+    "proposers.prompt_chars": "prompt_chars: 28000",
+    "proposers.max_concurrent": "max_concurrent: 2",
+    "proposers.entries[kind=folder].kind": "- kind: folder",
+    "proposers.entries[kind=folder].name": "name: my-patches",
+    "proposers.entries[kind=folder].dir": "dir: patches",
+    "proposers.entries[kind=catalog].kind": "- kind: catalog",
+    "proposers.entries[kind=catalog].name": "name: catalog",
+    "proposers.entries[kind=llm].kind": "- kind: llm",
+    "proposers.entries[kind=llm].name": "name: gpt",
+    "proposers.entries[kind=llm].base_url": "base_url: http://127.0.0.1:8000/v1",
+    "proposers.entries[kind=llm].model": "model: gpt-4.1",
+    "proposers.entries[kind=llm].api_key_env": "api_key_env: OPENAI_API_KEY",
+    "proposers.entries[kind=llm].temperature": "temperature: 0.2",
+    "proposers.entries[kind=llm].max_tokens": "max_tokens: 4096",
+    "proposers.entries[kind=llm].budget_tokens": "budget_tokens: 2000000",
+    "proposers.entries[kind=llm].budget_usd": "budget_usd: 5",
+    "proposers.entries[kind=llm].price_in": "price_in: 2.0",
+    "proposers.entries[kind=llm].price_out": "price_out: 8.0",
+    "proposers.entries[kind=llm].timeout_s": "timeout_s: 120",
+    "proposers.entries[kind=llm].max_retries": "max_retries: 3",
+    "proposers.entries[kind=llm].max_concurrent": "max_concurrent: 1",
+    "proposers.entries[kind=agent].kind": "- kind: agent",
+    "proposers.entries[kind=agent].name": "name: claude",
+    "proposers.entries[kind=agent].command": "command: claude -p",
+    "proposers.entries[kind=agent].timeout_s": "timeout_s: 600",
+    "proposers.entries[kind=agent].max_concurrent": "max_concurrent: 1",
+    "proposers.entries[kind=agent].env": "env: [ANTHROPIC_API_KEY]",
+    "proposers.entries[kind=agent].network": "network: true",
+    "proposers.entries[kind=agent].ro_paths": "ro_paths: [/opt/agent]",
     "inputs": "inputs:\n  - {path: data/shakespeare_char}\n  - {path: /shared/datasets/owt, at: data/owt}",
     "inputs[].path": "path: data/openwebtext",
     "inputs[].at": "at: data/owt",
@@ -164,6 +197,13 @@ def _sub_models(ann: Any) -> list[type[BaseModel]]:
     return out
 
 
+def _kind_of(model: type[BaseModel]) -> str | None:
+    """The ``kind`` literal of one member of a discriminated union (``llm`` for LlmSpec), None without one."""
+    info = model.model_fields.get("kind")
+    args = typing.get_args(info.annotation) if info is not None else ()
+    return str(args[0]) if len(args) == 1 else None
+
+
 def example_of(path: str, info: FieldInfo) -> str | None:
     """The YAML example of a field: :data:`EXAMPLES`, else the first of the field's own ``examples``."""
     if path in EXAMPLES:
@@ -193,8 +233,11 @@ def fields() -> Iterator[tuple[str, str, type[BaseModel], FieldInfo]]:
             seen.add(path)
             yield path, name, model, info
             many = typing.get_origin(hints[name]) is list
-            for sub in _sub_models(hints[name]):
-                yield from walk(f"{path}[]." if many else f"{path}.", sub)
+            subs = _sub_models(hints[name])
+            for sub in subs:
+                kind = _kind_of(sub) if len(subs) > 1 else None
+                item = f"[kind={kind}]" if kind else "[]"
+                yield from walk(f"{path}{item}." if many else f"{path}.", sub)
             if model is Knob and name == "apply":
                 for base, form in _APPLY_FORMS:
                     yield from walk(f"{base}.", form)
@@ -233,7 +276,8 @@ contract's folder (`repo`) or to the repo (file globs, config files).
 ```yaml
 name: gpt2-small
 launch:
-  command: "python train.py --max_iters=30 --eval_interval=100000 {{knobs}}"
+  command: "python train.py config/train_gpt2.py {{knobs}}"      # the production launch
+  trial_args: ["--max_iters=30", "--eval_interval=100000"]      # trials only; apply never writes them
   gpus_per_node: 1
 workload:
   tokens_per_update: 491520      # batch_size 12 x gradient_accumulation_steps 40 x block_size 1024
@@ -261,7 +305,7 @@ knobs:
   - name: compile
     values: [false, true]
     reference: true
-    mechanism: compile
+    mechanism: graph_compile
     render: python                 # passes --compile=True / --compile=False
     apply: {{flag: "--compile={{value}}"}}
     priors:
@@ -294,9 +338,28 @@ booleans and numbers) and ignore `render`.
 * `forbid` rules name known knobs and values and may not forbid the reference configuration; the search never
   proposes a configuration that matches one (every knob of the rule at its value, derived knobs included).
 * `memory_cap_gib: none` means no cap: the search's memory model treats capacity as unlimited
-  (`NO_CAP_GIB`, {int(NO_CAP_GIB):,} GiB)
-  and the wrapper enforces none.
+  (`NO_CAP_GIB`, {int(NO_CAP_GIB):,} GiB) and the wrapper enforces none.
 * `knobs[].priors` name values of the knob other than the reference (whose effect is 0 by definition).
+
+## Mechanism names
+
+`knobs[].mechanism` names what a knob changes, in the experience catalog's words
+(`controller/experience/mechanisms.py`), so verified results and catalog priors carry over between repositories
+that spell the flag differently. `contract scaffold` writes these for what it recognises:
+{", ".join(f"`{m}`" for m in KNOB_MECHANISMS)}. A mechanism that names profiled phases instead (`optimizer`,
+`forward+backward`) caps the knob's prior by that phase's share of the step (Amdahl); any other text is kept as
+written and only groups experience records.
+
+## Scaffold
+
+`infrarsi contract scaffold [-o infrarsi.yaml] [--repo DIR] [--gpus N] -- <launch command>` reads the script's
+`argparse` calls, or its module globals when it uses a nanoGPT-style `configurator.py` (`batch_size = 12` at top
+level, positional config files and `--key=value` overrides), and writes: knobs for micro-batch x gradient
+accumulation (divisors of today's samples per update, coupled with `solve` so tokens per update stay fixed),
+precision, compile, attention implementation, fused optimizer, activation checkpointing and tf32; the command
+without those flags plus `{{knobs}}`; the run length in `launch.trial_args`; the script and the local modules it
+imports as editable (data, config and evaluation modules frozen); `render: python` for configurator booleans; and a
+`# TODO:` comment at every guess. `contract check` passes on its output as written.
 
 ## Precision names
 
@@ -315,19 +378,22 @@ def render_reference() -> str:
     out += ["", "Boolean `render` styles: " + ", ".join(
         f"`{k}` ({v[True]}/{v[False]})" for k, v in RENDER_STYLES.items()) + ".", ""]
     out += ["## Fields", "",
-            "Each field: its path in the YAML (`[]` marks a list item), type, default, meaning and an example.", ""]
-    section = None
+            "Each field: its path in the YAML (`[]` marks a list item, `[kind=x]` an item of that kind), type, "
+            "default, meaning and an example.", ""]
+    sections: dict[str, list[tuple[str, str, type[BaseModel], FieldInfo]]] = {}
     for path, name, model, info in fields():
         head = path.rsplit(".", 1)[0] if "." in path else "(top level)"
-        if head != section:
-            section = head
-            doc = " ".join((model.__doc__ or "").strip().split("\n\n")[0].split())
-            out += [f"### `{head}`" if head != "(top level)" else "### Top level", "", doc, ""]
-        hints = typing.get_type_hints(model, include_extras=True)
-        out += [f"#### `{path}`", "",
-                f"*{_type_name(hints[name])}*, default {_default(info)}.", "",
-                " ".join((info.description or "").split()), "",
-                "```yaml", example_of(path, info) or "", "```", ""]
+        sections.setdefault(head, []).append((path, name, model, info))
+    for head, entries in sections.items():
+        model = entries[0][2]
+        doc = " ".join((model.__doc__ or "").strip().split("\n\n")[0].split())
+        out += [f"### `{head}`" if head != "(top level)" else "### Top level", "", doc, ""]
+        for path, name, model, info in entries:
+            hints = typing.get_type_hints(model, include_extras=True)
+            out += [f"#### `{path}`", "",
+                    f"*{_type_name(hints[name])}*, default {_default(info)}.", "",
+                    " ".join((info.description or "").split()), "",
+                    "```yaml", example_of(path, info) or "", "```", ""]
     return "\n".join(out).rstrip("\n") + "\n"
 
 

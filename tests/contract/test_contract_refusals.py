@@ -234,3 +234,20 @@ def test_flops_per_token_is_declarable(tmp_path: Path) -> None:
     c0 = load_contract(write(tmp_path, BASE))
     assert flops_per_token_of(c0, {"header_extra": {"flops_per_token": 9}}) == (9.0, "receipt header (extra.flops_per_token)")
     assert flops_per_token_of(c0, {}) == (None, None)
+
+
+def test_search_never_asks_for_a_forbidden_configuration(tmp_path: Path) -> None:
+    import numpy as np
+
+    from infrarsi.controller.campaign.searchglue import rebuild_controller
+    from infrarsi.controller.contract.checks import forbidden_by
+
+    c = load_contract(write(tmp_path, BASE + "forbid:\n  - {compile: true, attention: math}\n  - {batch_size: 16}\n"))
+    rng = np.random.default_rng(1)
+    doctor = {"t0": 0.1, "reference_window_times": [list(0.1 + 0.001 * rng.standard_normal(16)) for _ in range(3)]}
+    asked = rebuild_controller(c, {}, doctor, 0, [], {}).ask(6)
+    assert asked
+    for cand in asked:
+        full = dict(c.reference_config, **cand.as_dict())
+        full["grad_accum"] = 64 // full["batch_size"]
+        assert forbidden_by(c, full) is None, cand

@@ -52,3 +52,15 @@ def test_schema_carries_the_descriptions() -> None:
     coupling = schema["$defs"]["Coupling"]["properties"]
     assert coupling["solve"]["description"] == Coupling.model_fields["solve"].description
     assert schema["properties"]["forbid"]["description"] == Contract.model_fields["forbid"].description
+
+
+def test_the_documented_example_passes_check(tmp_path: Path) -> None:
+    from infrarsi.controller.contract import check_contract, load_contract, render_launch
+
+    text = render_reference()
+    example = text.split("## Minimal example", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "infrarsi.yaml"
+    path.write_text(example)
+    assert check_contract(path)[1] == []
+    c = load_contract(path)
+    assert "--compile=True" in render_launch(c, {}).argv
