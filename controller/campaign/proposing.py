@@ -235,8 +235,7 @@ class ProposerRunner:
             return False
         scope = self.engine.store.get_campaign(c.id).scope or {}
         rounds = scope.get("proposal_rounds") or []
-        tried = {s for cand, _ in ctrl.history for s in cand.patches}
-        tried |= {p for b in busy for p in b.patches}
+        tried = {s for cand, _ in ctrl.history for s in cand.patches}  # measured, not merely running
         stack: tuple[str, ...] = ()
         if why == "stack":
             asked = {tuple(r.get("stack") or ()) for r in rounds if r["kind"] == "complete"}
@@ -261,7 +260,7 @@ class ProposerRunner:
                 if sum(1 for r in mine if r["kind"] == "patches") >= MAX_ROUNDS:
                     continue
                 if any(n not in tried for r in mine for n in r.get("patches") or ()):
-                    continue  # earlier proposals not tried yet
+                    continue  # earlier proposals not measured yet: the next round should see their results
             ctx = self.context(c, kind, ctrl=ctrl, stack=stack)
             req = _Request(c.id, p.name, kind, why, len(ctrl.history), stack)
             req.future = self._submit(_safe_propose, p, ctx)

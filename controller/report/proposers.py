@@ -41,7 +41,10 @@ def proposers_section(r: dict[str, Any]) -> str:
     by = [b for b in _l(p.get("by_proposer")) if isinstance(b, dict)]
     patches = [x for x in _l(p.get("patches")) if isinstance(x, dict)]
     tot = _d(p.get("totals"))
-    gpu_h = _d(r.get("cost")).get("total_gpu_hours")
+    cost = _d(r.get("cost"))
+    gpu_h = cost.get("total_gpu_hours")
+    cpu_h = num(cost.get("total_cpu_hours"))
+    beside = f"{gpuh(gpu_h)} GPU-hours" + (f" and {gpuh(cpu_h)} CPU-hours" if cpu_h else "")
     out = ["## Proposers", ""]
     if not by and not any(x.get("kind") not in (None, "folder") for x in patches):
         out.append("Only the contract's patch folder proposed patches; no language model or agent was asked "
@@ -49,7 +52,7 @@ def proposers_section(r: dict[str, Any]) -> str:
     else:
         out.append(f"Proposer cost: {_int(tot.get('requests'))} requests, {_int(tot.get('tokens_in'))} tokens in, "
                    f"{_int(tot.get('tokens_out'))} tokens out, {_usd(tot.get('usd'))}, "
-                   f"{num(tot.get('wall_s')) or 0.0:.1f} s wall time — beside {gpuh(gpu_h)} GPU-hours of trials.")
+                   f"{num(tot.get('wall_s')) or 0.0:.1f} s wall time — beside {beside} of trials.")
         out += ["", table(["Proposer", "Kind", "Model", "Requests", "Failed", "Tokens in", "Tokens out", "USD",
                            "Wall s"],
                           [[text(b.get("proposer")), text(b.get("kind")), text(b.get("model"), 40),
@@ -59,7 +62,7 @@ def proposers_section(r: dict[str, Any]) -> str:
                           right=(3, 4, 5, 6, 7, 8))]
     rows = [[text(x.get("name"), 60), text(x.get("proposer")), text((x.get("prompt_digest") or "")[:12]),
              _gain(x.get("claimed_gain")), _gain(x.get("prior_mean")), text(x.get("status"), 60),
-             text(x.get("rationale") or x.get("reason"), 90)] for x in patches]
+             text((x.get("reason") if x.get("reason") else x.get("rationale")), 90)] for x in patches]
     out += ["", "Patches by proposer (claimed gain and prior mean are log-speedups; the prior is the claim capped "
                 "and halved, then revised by measurements):", "",
             table(["Patch", "Proposer", "Prompt digest", "Claimed", "Prior", "Status", "Rationale / reason"], rows,

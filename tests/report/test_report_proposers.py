@@ -6,7 +6,7 @@ from infrarsi.controller.report.markdown import render_report
 from infrarsi.controller.report.proposers import proposers_section
 
 RESULT = {
-    "cost": {"total_gpu_hours": 0.0123},
+    "cost": {"total_gpu_hours": 0.0123, "total_cpu_hours": 0.5},
     "proposers": {
         "by_proposer": [
             {"proposer": "stub-llm", "kind": "llm", "model": "stub-1", "requests": 3, "ok": 2, "failed": 1,
@@ -35,7 +35,7 @@ def test_section_names_each_proposer_its_cost_and_each_patch_source() -> None:
     md = proposers_section(RESULT)
     assert md.startswith("## Proposers")
     assert "4 requests, 12,000 tokens in, 900 tokens out, $0.0312, 5.8 s wall time" in md
-    assert "0.0123 GPU-hours" in md
+    assert "0.0123 GPU-hours and 0.5000 CPU-hours of trials" in md
     assert "| stub-llm " in md and "| scripted " in md and "not priced" in md
     assert "stub-llm-r0-abcdef12-1.diff" in md and "promoted" in md and "abcdef123456" in md
     assert "rejected by the verifier (L2)" in md and "skip \\| micro-steps" in md
