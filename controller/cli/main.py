@@ -46,6 +46,7 @@ COMMANDS: dict[str, str] = {
     "exec": "infrarsi.verifier.cli:exec_cmd",
     "verify": "infrarsi.verifier.cli:verify_cmd",
     "bench": "infrarsi.controller.cli.bench_cmd:bench",
+    "bank": "infrarsi.controller.cli.bank_cmd:bank",
 }
 
 
