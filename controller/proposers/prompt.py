@@ -86,6 +86,11 @@ def _f(x: float | None, digits: int = 3) -> str:
     return f"{x:.{digits}f}"
 
 
+def _x(speedup: float | None) -> str:
+    """``1.234x``, or ``-`` when unknown."""
+    return "-" if speedup is None or not math.isfinite(speedup) else f"{speedup:.3f}x"
+
+
 def _clip(text: str, limit: int, what: str) -> str:
     """``text`` cut to ``limit`` characters at a line boundary, with a marker naming ``what`` was cut."""
     if len(text) <= limit:
@@ -108,11 +113,10 @@ def _config(cfg: Mapping[str, object]) -> str:
 
 
 def _trial_full(t: TrialSummary) -> str:
-    lines = [f"### trial {t.key}: {t.outcome}" + (f" ({t.verdict})" if t.verdict else ""),
-             f"config: {_config(t.config)}",
-             f"patches: {', '.join(t.patches) or 'none'}",
-             f"step time: {_f(t.step_time_s, 4)} s; speedup: {_f(t.speedup)}x"
-             + (f"; peak memory: {_f(t.peak_mem_gib, 2)} GiB" if t.peak_mem_gib is not None else "")]
+    head = (f"### {t.key}: {t.outcome}" + (f" ({t.verdict})" if t.verdict else "")
+            + f", speedup {_x(t.speedup)}, step {_f(t.step_time_s, 4)} s"
+            + (f", peak {_f(t.peak_mem_gib, 2)} GiB" if t.peak_mem_gib is not None else ""))
+    lines = [head, f"config: {_config(t.config)}; patches: {', '.join(t.patches) or 'none'}"]
     if t.reason:
         lines.append(f"reason: {_one_line(t.reason)}")
     return "\n".join(lines) + "\n"
@@ -122,7 +126,7 @@ def _trial_line(t: TrialSummary) -> str:
     extra = f" {t.verdict}" if t.verdict else ""
     why = f" - {_one_line(t.reason, 100)}" if t.reason else ""
     patches = f" +{'+'.join(t.patches)}" if t.patches else ""
-    return (f"- {t.key}: {t.outcome}{extra}, speedup {_f(t.speedup)}x, step {_f(t.step_time_s, 4)} s: "
+    return (f"- {t.key}: {t.outcome}{extra}, speedup {_x(t.speedup)}, step {_f(t.step_time_s, 4)} s: "
             f"{_config(t.config)}{patches}{why}\n")
 
 
@@ -176,7 +180,7 @@ def _verified_section(ctx: PromptContext, limit: int) -> str:
         return ""
     parts = [f"## Verified patches ({len(ctx.verified_patches)})\n"]
     for v in ctx.verified_patches:
-        parts.append(f"### {v.name} (speedup {_f(v.speedup)}x)\n```diff\n{v.diff.rstrip()}\n```\n")
+        parts.append(f"### {v.name} (speedup {_x(v.speedup)})\n```diff\n{v.diff.rstrip()}\n```\n")
     return _clip("".join(parts), limit, "verified patches")
 
 
@@ -218,7 +222,7 @@ def _render_windows(lines: list[str], keep: set[int]) -> str:
         j = i
         while j < n and j not in keep:
             j += 1
-        out.append(f"... lines {i + 1}-{j} omitted ...\n")
+        out.append(f"... line {j} omitted ...\n" if j == i + 1 else f"... lines {i + 1}-{j} omitted ...\n")
         i = j
     return "".join(out)
 
