@@ -50,8 +50,12 @@ def executor_factory(settings: Settings) -> Callable[[str], Executor]:
 
 
 def create_campaign(store: Store, settings: Settings, contract_path: str | Path, executor: str = "local",
-                    workload: str | None = None, seed: int = 0, owner: str | None = None) -> CampaignRecord:
-    """Validate the contract and record a new campaign in state ``init``.  Nothing runs yet."""
+                    workload: str | None = None, seed: int = 0, owner: str | None = None,
+                    sbatch: dict | None = None) -> CampaignRecord:
+    """Validate the contract and record a new campaign in state ``init``.  Nothing runs yet.
+
+    ``sbatch`` holds ``infrarsi submit``'s sbatch options (``campaign.sbatch_options.SbatchOptions.to_dict``),
+    already checked against the admins' limits; its partition wins over the workload's and the contract's."""
     path = Path(contract_path).resolve()
     contract = load_contract(path)
     wl = store.get_workload(workload) if workload else None
@@ -60,8 +64,9 @@ def create_campaign(store: Store, settings: Settings, contract_path: str | Path,
         name=contract.name, workload_id=wl.id if wl else None, owner=owner,
         contract_path=str(path), contract_yaml=path.read_text(), contract_digest=contract_digest(contract),
         repo_path=str(repo_dir(contract, path)), workdir=str(workdir), executor=executor,
-        partition=(wl.partition if wl else None) or contract.launch.partition,
+        partition=(sbatch or {}).get("partition") or (wl.partition if wl else None) or contract.launch.partition,
         budget_gpu_hours=contract.budget.gpu_hours, budget_trials=contract.budget.trials, seed=seed,
+        **({"sbatch": dict(sbatch)} if sbatch else {}),
     )
 
 

@@ -163,13 +163,15 @@ def sbatch_directives(spec: TrialSpec, extra_sbatch: Sequence[str] = ()) -> list
         if spec.cpus_per_task < 1:
             raise ExecutorError(f"cpus_per_task: must be >= 1, got {spec.cpus_per_task}")
         d.append(f"--cpus-per-task={int(spec.cpus_per_task)}")
-    for line in spec.sbatch_extra:
-        if not _EXTRA_OK.match(line):
-            raise ExecutorError(f"sbatch_extra: {line!r} must be one --option[=value] without spaces")
-        d.append(line)
     for line in extra_sbatch:
         if "\n" in line or "\r" in line or not line.startswith("-"):
             raise ExecutorError(f"extra_sbatch: {line!r} must be one option starting with '-'")
+        d.append(line)
+    # the campaign's own options (infrarsi submit) come last: Slurm takes the last of a repeated option, so a
+    # researcher's --qos wins over the site's default one
+    for line in spec.sbatch_extra:
+        if not _EXTRA_OK.match(line):
+            raise ExecutorError(f"sbatch_extra: {line!r} must be one --option[=value] without spaces")
         d.append(line)
     return d
 

@@ -51,6 +51,27 @@ def test_render_matches_golden(launcher: str, golden: str) -> None:
     assert render_sbatch(_spec(launcher), "/opt/infrarsi/bin/python", extra_sbatch=["--qos=short"]) == text
 
 
+def test_submit_sbatch_options_render_golden() -> None:
+    """``infrarsi submit``'s options (issue 16): --gres verbatim instead of gpu:N, and the campaign's own
+    directives after the site's extra_sbatch (Slurm takes the last: the researcher's --qos wins)."""
+    spec = _spec("torchrun", gres="gpu:h200:4", partition="h200", account="proj-42",
+                 sbatch_extra=("--qos=high", "--constraint=h200&ib", "--exclusive", "--mail-user=ana@example.org",
+                               "--mail-type=END,FAIL"))
+    text = render_sbatch(spec, "/opt/infrarsi/bin/python", extra_sbatch=["--qos=short"])
+    path = GOLDEN / "torchrun_submit_options.sbatch"
+    if os.environ.get("INFRARSI_UPDATE_GOLDEN") == "1":
+        path.write_text(text, encoding="utf-8")
+    assert text == path.read_text(encoding="utf-8")
+    assert "#SBATCH --gres=gpu:h200:4\n" in text and "--gres=gpu:4" not in text
+    assert text.index("--qos=short") < text.index("--qos=high")
+
+
+@pytest.mark.parametrize("extra", ["--qos=a b", "--qos=$(id)", "qos=x", "--mail-user=a'b", "--x=\nrm"])
+def test_campaign_directives_are_refused_when_unsafe(extra: str) -> None:
+    with pytest.raises(ExecutorError, match="sbatch_extra"):
+        render_sbatch(_spec("python", sbatch_extra=(extra,)), "/usr/bin/python3")
+
+
 def test_rendered_scripts_parse_in_bash(tmp_path: Path) -> None:
     for launcher in ("python", "torchrun", "torchrun-multinode"):
         script = tmp_path / f"{launcher}.sbatch"
