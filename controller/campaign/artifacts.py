@@ -56,6 +56,12 @@ def _changed(ref: dict[str, Any], cfg: dict[str, Any]) -> dict[str, list[Any]]:
     return {k: [ref.get(k), v] for k, v in sorted(cfg.items()) if ref.get(k) != v}
 
 
+def _changed_passed(contract: Contract, changed: dict[str, list[Any]]) -> dict[str, list[str]]:
+    """``changed`` with each value as the job received it (``render``), for displays: ``compile: False→True``."""
+    names = {k.name: k for k in contract.knobs}
+    return {k: [names[k].rendered(v) if k in names else str(v) for v in pair] for k, pair in changed.items()}
+
+
 def combined_diff(repo: Path, scope: dict[str, Any], patches: list[str]) -> str:
     """One unified diff of ``patches`` applied in order to the locked commit (paths relative to the target repo),
     so it applies in one ``git apply`` even when several patches touch the same file; files a patch creates are
@@ -105,6 +111,7 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
             rejections[o.first_failed_layer or "L0"] = rejections.get(o.first_failed_layer or "L0", 0) + 1
         trials_json.append({
             "seq": t.seq, "stage": t.stage, "config": full, "changed": _changed(ref_full, full),
+            "changed_passed": _changed_passed(contract, _changed(ref_full, full)),
             "patches": t.patches, "outcome": t.outcome or t.status, "reason": t.reason,
             "step_time_s": step, "speedup": (t0 / step) if (t0 and step) else None,
             "peak_mem_gib": o.peak_mem_gib if o else None, "gpu_hours": gpu_h, "cum_gpu_hours": cum,
@@ -124,6 +131,7 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
                  and p["group"].startswith(cand["signature"][:16])]
         promoted = {
             "config": full, "changed": _changed(ref_full, full), "patches": cand["patches"],
+            "changed_passed": _changed_passed(contract, _changed(ref_full, full)),
             "diff": combined_diff(Path(c.repo_path), scope, cand["patches"]),
             "step_time_s": sorted(times)[len(times) // 2] if times else None, "speedup": speedup,
             "verdicts": [v.__dict__ for v in verdicts],

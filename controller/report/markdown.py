@@ -273,7 +273,7 @@ def _promoted(r: dict[str, Any]) -> str:
         if cfg:
             out += ["", "Reference configuration:", "", "```json", json.dumps(cfg, indent=2, sort_keys=True), "```"]
         return "\n".join(out)
-    ch = _d(p.get("changed"))
+    ch = _d(p.get("changed_passed")) or _d(p.get("changed"))  # values as the job received them
     rows = [[text(k), _cell(v[0] if _pair(v) else None), _cell(v[1] if _pair(v) else v)] for k, v in sorted(ch.items())]
     out.append(f"Speedup {fx(p.get('speedup'))}; step time {ms(p.get('step_time_s'))} ms/update.")
     out += ["", "Knobs changed from the reference:", "", table(["Knob", "Reference", "Promoted"], rows)]

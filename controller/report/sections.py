@@ -102,7 +102,7 @@ def trials_section(r: dict[str, Any]) -> str:
     counts = outcome_counts(r)
     keys = [k for k in OUTCOME_ORDER if counts.get(k)] + sorted(k for k in counts if k not in OUTCOME_ORDER)
     summary = ", ".join(f"{counts[k]} {k}" for k in keys) or "none"
-    rows = [[text(t.get("seq")), text(t.get("stage")), changed(t.get("changed")),
+    rows = [[text(t.get("seq")), text(t.get("stage")), changed(t.get("changed_passed") or t.get("changed")),
              ", ".join(text(p) for p in _l(t.get("patches"))) or DASH, text(t.get("outcome")),
              ms(t.get("step_time_s")), fx(t.get("speedup"), 3), gib(t.get("peak_mem_gib")),
              gpuh(t.get("gpu_hours")), trial_note(t)] for t in ts]
