@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "report": "infrarsi.controller.cli.stages_cmd:report_cmd",
     "apply": "infrarsi.controller.cli.stages_cmd:apply_cmd",
     "submit": "infrarsi.controller.cli.serve_cmd:submit_cmd",
+    "queue": "infrarsi.controller.cli.queue_cmd:queue_cmd",
     "serve": "infrarsi.controller.cli.serve_cmd:serve_cmd",
     "exec": "infrarsi.verifier.cli:exec_cmd",
     "verify": "infrarsi.verifier.cli:verify_cmd",
