@@ -65,3 +65,39 @@ def search_cmd(landscape_path: str, strategies: str, trials: int, repeats: int, 
         w90 = "-" if s["median_wall_hours_to_90"] is None else f"{s['median_wall_hours_to_90']:.2f}"
         click.echo(f"{name:<{width}} {t90:>10} {h90:>9} {w90:>9} {s['median_final_speedup']:>7.4f} {s['false_promotions']:>6} "
                    f"{s['ooms']:>5} {s['crashes']:>7}")
+
+
+@bench.command("transfer")
+@click.option("--source", "source_path", required=True, type=click.Path(dir_okay=False),
+              help="Source landscape (its campaign writes the bank); needs ENVIRONMENT.")
+@click.option("--target", "target_path", required=True, type=click.Path(dir_okay=False),
+              help="Target landscape (searched once per mode); needs ENVIRONMENT.")
+@click.option("--modes", default="cold,bank-all,bank-filtered", show_default=True,
+              help="Comma-separated: cold (empty bank), bank-all (every record, no scope or distance), "
+                   "bank-filtered (scope check, distance, ranking).")
+@click.option("--trials", default=30, show_default=True, type=click.IntRange(1), help="Trial budget per search.")
+@click.option("--repeats", default=20, show_default=True, type=click.IntRange(1), help="Seeded repeats.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the first repeat.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def transfer_cmd(source_path: str, target_path: str, modes: str, trials: int, repeats: int, seed: int,
+                 as_json: bool) -> None:
+    """Per repeat: a source campaign with verified write-back into a fresh bank, then the target in each mode."""
+    from infrarsi.controller.experience.transfer import MODES, run_transfer
+    from infrarsi.controller.search.landscape import load_landscape
+
+    names = [m.strip() for m in modes.split(",") if m.strip()]
+    bad = [m for m in names if m not in MODES]
+    if not names or bad:
+        raise InfrarsiError(f"--modes: unknown {', '.join(bad) or '(empty)'}; choose from {', '.join(MODES)}")
+    res = run_transfer(load_landscape(source_path), load_landscape(target_path), names, trials=trials,
+                       repeats=repeats, seed0=seed)
+    if as_json:
+        click.echo(json.dumps(res, sort_keys=False))
+        return
+    click.echo(f"{res['source']} -> {res['target']}: peak {res['peak_speedup']:.4f}x, {trials} trials, "
+               f"{repeats} repeats")
+    click.echo(f"{'mode':<14} {'trials->90':>10} {'GPUh->90':>9} {'final':>7} {'false':>6}")
+    for name, s in res["modes"].items():
+        t90 = "-" if s["median_trials_to_90"] is None else f"{s['median_trials_to_90']:g}"
+        h90 = "-" if s["median_gpu_hours_to_90"] is None else f"{s['median_gpu_hours_to_90']:.2f}"
+        click.echo(f"{name:<14} {t90:>10} {h90:>9} {s['median_final_speedup']:>7.4f} {s['false_promotions']:>6}")
