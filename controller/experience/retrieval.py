@@ -41,7 +41,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
-from infrarsi.controller.experience.mechanisms import mechanism_class, normalize, value_key
+from infrarsi.controller.experience.mechanisms import canonical_value, mechanism_class, mechanism_for, value_key
 from infrarsi.controller.experience.records import Effect, Environment, Observation, tier_rank
 
 Coverage = Literal["covered", "partial", "incompatible"]
@@ -73,9 +73,9 @@ TAU_MEM_PARTIAL = 4.0
 class TargetKnob:
     """One searched knob of the target, normalized onto the catalog.
 
-    ``mechanism`` is the catalog (or as-written) mechanism name, None when the knob maps onto none (its grade is
-    then ``null``: no record can describe it); ``canonical`` maps each value's :func:`value_key` to its canonical
-    value string.
+    ``mechanism`` is the name its records are filed under (:func:`.mechanisms.mechanism_for`: the catalog's, else
+    the knob name as an uncatalogued mechanism, exactly as write-back files them); ``canonical`` maps each value's
+    :func:`value_key` to its canonical value string.
     """
 
     name: str
@@ -103,15 +103,11 @@ class TargetKnob:
 
 def target_knob(name: str, values: Sequence[Any], reference: Any, mechanism: str | None = None,
                 canonical: Mapping[Any, Any] | None = None) -> TargetKnob:
-    """Normalize one knob (contract knob or landscape dict fields) through :func:`.mechanisms.normalize`."""
-    mech = None
-    cmap: dict[str, str] = {}
-    for v in values:
-        m, c = normalize(name, mechanism, v, canonical)
-        mech = mech or m
-        cmap[value_key(v)] = c
+    """Normalize one knob (contract knob or landscape dict fields) the way write-back files its records."""
+    mech = mechanism_for(name, mechanism)
+    cmap = {value_key(v): canonical_value(mech, v, canonical) for v in values}
     return TargetKnob(name=name, values=tuple(values), reference=reference, mechanism=mech,
-                      klass=mechanism_class(mech) if mech else "balance", canonical=cmap)
+                      klass=mechanism_class(mech), canonical=cmap)
 
 
 def target_knobs(knobs: Iterable[Any]) -> tuple[TargetKnob, ...]:
@@ -249,19 +245,33 @@ def retrieve(effects: Iterable[Effect], target: Environment, knobs: Sequence[Tar
     return out
 
 
-def knob_grades(knobs: Sequence[TargetKnob], retrieved: Iterable[Retrieved]) -> dict[str, Grade]:
-    """Coverage grade of every knob: ``covered`` (some covered record), ``partial`` (only partial records),
-    ``unobserved`` (it has a mechanism but no compatible record) or ``null`` (it maps onto no mechanism, so no
-    record can ever describe it)."""
+def knob_grades(knobs: Sequence[TargetKnob], retrieved: Iterable[Retrieved],
+                observations: Iterable[Observation] = (), environments: Mapping[str, Environment] | None = None,
+                target: Environment | None = None, mode: Mode = "filtered") -> dict[str, Grade]:
+    """Coverage grade of every knob: ``covered`` (some covered effect), ``partial`` (only partial-scope effects),
+    ``null`` (no effect, but compatible observations ran one of its non-reference values: the bank measured it
+    and nothing cleared the noise gate) or ``unobserved`` (the bank knows nothing of it here)."""
     best: dict[str, int] = {}
     for r in retrieved:
         best[r.knob] = max(best.get(r.knob, 0), COVERAGE_RANK[r.coverage])
+    seen: set[str] = set()
+    for o in observations:
+        env = (environments or {}).get(o.environment)
+        if mode == "filtered" and target is not None and (env is None or scope(env, target, "kernel") ==
+                                                           "incompatible"):
+            continue
+        if not _obs_ok(o):
+            continue
+        for k in knobs:
+            if k.mechanism in o.canonical:
+                v = k.value_for(str(o.canonical[k.mechanism]))
+                if v is not None and v != k.reference:
+                    seen.add(k.name)
     grades: dict[str, Grade] = {}
     for k in knobs:
-        if not k.mechanism:
-            grades[k.name] = "null"
-        else:
-            grades[k.name] = {2: "covered", 1: "partial"}.get(best.get(k.name, 0), "unobserved")
+        rank = best.get(k.name, 0)
+        grades[k.name] = "covered" if rank == 2 else "partial" if rank == 1 else \
+            "null" if k.name in seen else "unobserved"
     return grades
 
 
@@ -438,7 +448,7 @@ def search_experience(effects: Iterable[Effect], observations: Iterable[Observat
         records.append(start)
     records += setting_priors(got, base or {}, default_sd)
     records += conflicts(observations, environments, target, knobs, mode)
-    return records, knob_grades(knobs, got)
+    return records, knob_grades(knobs, got, observations, environments, target, mode)
 
 
 __all__ = ["Coverage", "Grade", "Mode", "MODES", "TargetKnob", "target_knob", "target_knobs", "reference_state",
