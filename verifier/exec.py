@@ -14,6 +14,8 @@ code: it runs *outside* the sandbox (start it with ``-I`` so nothing in the job'
 * binds each ``--ro-input HOST DEST`` read-only at ``DEST`` (usually a mount point inside ``--src``; a write gets
   ``EROFS``); with ``--isolation none`` the empty mount point is replaced by a symlink to ``HOST`` instead;
 * hashes the ``--frozen-manifest`` files in the child's cwd before and after the run;
+* puts a copy of the receipt adapters first on the job's ``PYTHONPATH`` (:mod:`infrarsi.verifier.jobpath`), so
+  the job imports them without infrarsi installed in its interpreter;
 * gives the child a pipe (``INFRARSI_RECEIPT_FD``, plus a private FIFO for launchers that close inherited
   descriptors) and stamps every receipt line with its own monotonic clock (``wall_t``) as it arrives; at most
   ``--max-updates`` + 16 lines and (``--max-updates`` + 16) * 64 KiB are kept, the rest is counted and dropped;
@@ -43,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from infrarsi.verifier import sandbox, scan, signing
+from infrarsi.verifier import jobpath, sandbox, scan, signing
 from infrarsi.verifier.receipt import SCHEMA
 
 KEY_ENV = "INFRARSI_SIGNING_KEY"
@@ -504,6 +506,8 @@ def run_wrapped(opts: ExecOptions) -> int:
     source = opts.env if opts.env is not None else dict(os.environ)
     env = sandbox.job_env(source, opts.pass_env, overrides)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # the receipt adapters, importable by the job's interpreter even where infrarsi is not installed (jobpath.py)
+    env["PYTHONPATH"] = jobpath.job_pythonpath(jobpath.write_job_lib(Path(fifo_dir) / "py"), env.get("PYTHONPATH"))
     if opts.trial_id:
         env.setdefault("INFRARSI_TRIAL_ID", opts.trial_id)
     disk_limit = int(opts.disk_limit_gib * GIB) if opts.disk_limit_gib else None

@@ -1,24 +1,24 @@
 """Adapter for torchrun / DistributedDataParallel jobs (torch imported lazily).
 
-Every rank calls the same methods; per-rank loss and gradient norm are averaged and
-tokens/samples summed with one all-reduce, and only rank 0 writes (``Receipts``
-is a no-op elsewhere because ``RANK`` != 0)::
+Every rank calls the same methods; only rank 0 writes (``Receipts`` is a no-op elsewhere because
+``RANK`` != 0)::
 
     from infrarsi.verifier.adapters.ddp import DDPReceiptLogger
     rl = DDPReceiptLogger(ddp_model, optimizer, seq_len=S)
     ... the same begin(x) / grads() / end(loss) / finish() calls as the plain loop ...
 
-``begin`` receives this rank's share of the update's batch; the shares are
-all-gathered (in rank order) so the digest, token and sample counts describe the
-whole update's batch, equal to a single-process run of the same global batch.
-Shares must have the same shape on every rank.
+``begin`` receives this rank's share of the update's batch: its whole share, or one micro-batch at a time.
+At ``end`` one all-gather (per update) combines the ranks: the digest, token and sample counts describe the
+whole update's batch as the concatenation of the ranks' shares in rank order (equal to a single-process run
+of the same global batch), and loss and gradient norm are averaged over ranks.  ``begin`` itself runs no
+collective, so a loop may call it on every micro-batch.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from infrarsi.verifier.adapters.torch_loop import ReceiptLogger
+from infrarsi.verifier.adapters.torch_loop import BatchDigest, ReceiptLogger
 
 
 def _dist() -> Any:
@@ -28,11 +28,13 @@ def _dist() -> Any:
 
 
 class DDPReceiptLogger(ReceiptLogger):
-    """:class:`ReceiptLogger` whose values are reduced across the process group.
+    """:class:`ReceiptLogger` whose values are combined across the process group.
 
     ``model`` may be the DDP wrapper; its ``.module`` is digested so the digest
     matches a single-process run of the same model.  ``tokens_per_update`` in the
-    header defaults to the gathered first batch's ``numel()``.
+    header defaults to the first update's token count over all ranks.  Counts passed
+    explicitly (``begin(x, tokens=..., samples=...)``) already describe all ranks and are
+    not summed again.
     """
 
     def __init__(self, model: Any, optimizer: Any = None, **kwargs: Any) -> None:
@@ -41,30 +43,22 @@ class DDPReceiptLogger(ReceiptLogger):
         kwargs.setdefault("world_size", world)
         super().__init__(getattr(model, "module", model), optimizer, **kwargs)
 
-    def begin(self, batch: Any, tokens: int | None = None, samples: int | None = None) -> None:
-        """Gather every rank's share of the batch, then start the update as the plain logger does."""
+    def _reduce(self, loss: float, gn: float, tokens: int, samples: int, facts: dict[str, Any]
+                ) -> tuple[float, float, int, int, dict[str, Any]]:
+        """One all-gather: mean loss and gradient norm, summed counts, the digest facts in rank order."""
         dist = _dist()
-        if dist is not None and dist.get_world_size() > 1:
-            import torch
-
-            dev = batch.device if dist.get_backend() == "nccl" else torch.device("cpu")
-            local = batch.detach().to(dev).contiguous()
-            parts = [torch.empty_like(local) for _ in range(dist.get_world_size())]
-            dist.all_gather(parts, local)
-            batch = torch.cat(parts, 0)
-        super().begin(batch, tokens, samples)
-
-    def _reduce(self, loss: float, gn: float, tokens: int, samples: int) -> tuple[float, float, int, int]:
-        """Average loss and gradient norm over ranks (tokens/samples already global)."""
-        dist = _dist()
-        if dist is None:
-            return loss, gn, tokens, samples
+        if dist is None or dist.get_world_size() == 1:
+            return loss, gn, tokens, samples, facts
         import torch
 
-        backend = dist.get_backend()
-        device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
-        t = torch.tensor([loss, gn], dtype=torch.float64, device=device)
-        dist.all_reduce(t)
-        w = dist.get_world_size()
-        vals = t.cpu().tolist()
-        return vals[0] / w, vals[1] / w, tokens, samples
+        mine = {"loss": loss, "gn": gn, "tokens": tokens, "samples": samples, "facts": facts}
+        got: list[Any] = [None] * dist.get_world_size()
+        if dist.get_backend() == "nccl":
+            torch.cuda.set_device(torch.cuda.current_device())
+        dist.all_gather_object(got, mine)
+        w = len(got)
+        loss_m = sum(g["loss"] for g in got) / w
+        gn_m = sum(g["gn"] for g in got) / w
+        tok = tokens if self._explicit_tokens else sum(int(g["tokens"]) for g in got)
+        smp = samples if self._explicit_samples else sum(int(g["samples"]) for g in got)
+        return loss_m, gn_m, tok, smp, BatchDigest.combine([g["facts"] for g in got])

@@ -8,10 +8,11 @@ module imports without it.  Usage (two added lines)::
 
 The callback writes the header at ``on_train_begin`` (model digest of the initial
 weights), one update line per ``on_step_end`` with the loss and gradient norm the
-Trainer logs (``logging_steps=1`` gives every update a loss; otherwise the last logged
-value is repeated), and the footer at ``on_train_end``.  Step time is measured
-between ``on_step_begin`` and ``on_step_end``.  The batch digest is the digest of the
-``input_ids`` seen by the model's forward pre-hook during the step.  The footer carries the
+Trainer logs (``logging_steps=1`` gives every update a loss, the mean over its micro-batches; otherwise the
+last logged value is repeated), and the footer at ``on_train_end``.  Step time is measured
+between ``on_step_begin`` and ``on_step_end``.  The batch digest is the digest of all the
+``input_ids`` the model's forward pre-hook sees in training mode during the step (every micro-batch
+of a ``gradient_accumulation_steps`` update, concatenated).  The footer carries the
 final parameters' per-tensor norms (``extra.param_norms``, L4 ``params_match``) and, when the
 Trainer evaluated (``eval_loss`` in a log, e.g. ``trainer.evaluate()`` or an eval strategy
 with a fixed eval set), the last ``eval_loss`` as ``extra.eval`` (L4 ``eval_matches``).
@@ -40,19 +41,19 @@ def receipt_callback(seq_len: int, precision: str | None = None, receipts: Recei
             self.t0 = 0.0
             self.loss = math.nan
             self.grad_norm = math.nan
-            self.digest = ""
+            self.digest = tl.BatchDigest()
             self.tokens = 0
             self.samples = 0
             self._hook: Any = None
             self.pending: dict[str, Any] | None = None
             self.eval_loss: float | None = None
 
-        def _pre_hook(self, _module: Any, args: Any, kwargs: Any) -> None:
+        def _pre_hook(self, module: Any, args: Any, kwargs: Any) -> None:
             ids = kwargs.get("input_ids") if kwargs else None
             if ids is None and args:
                 ids = args[0]
-            if ids is not None and hasattr(ids, "numel"):
-                self.digest = tl.batch_digest(ids) if not self.digest else self.digest
+            if ids is not None and hasattr(ids, "numel") and module.training:
+                self.digest.add(ids)  # every micro-batch of the update (no host synchronisation here)
                 self.tokens += int(ids.numel())
                 self.samples += int(ids.shape[0])
 
@@ -73,7 +74,7 @@ def receipt_callback(seq_len: int, precision: str | None = None, receipts: Recei
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             self._flush()
-            self.digest, self.tokens, self.samples = "", 0, 0
+            self.digest, self.tokens, self.samples = tl.BatchDigest(), 0, 0
             self.t0 = time.perf_counter()
 
         def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kw: Any) -> None:
@@ -90,7 +91,7 @@ def receipt_callback(seq_len: int, precision: str | None = None, receipts: Recei
             dt = time.perf_counter() - self.t0
             lr = float(optimizer.param_groups[0]["lr"]) if optimizer is not None else 0.0
             self.pending = {"step": state.global_step, "tokens": self.tokens, "samples": self.samples,
-                            "lr": lr, "digest": self.digest, "dt": dt}
+                            "lr": lr, "digest": self.digest.hexdigest() if self.digest.parts else "", "dt": dt}
 
         def on_train_end(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
             self._flush()
