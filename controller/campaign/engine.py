@@ -334,24 +334,19 @@ class CampaignEngine:
             "reference_peak_mem_gib": max(peaks) if peaks else None,
             "header_extra": obs[ok[0].id].details.get("header_extra") or {},
         }
-        doctor.update(self._experience_snapshot(c, contract))
+        doctor.update(self._experience_snapshot(c, contract, doctor["header_extra"]))
         doctor.update(proposing.runner_of(self).doctor_priors(c, doctor))  # proposers' knob priors, frozen here
         self.store.update_campaign(c.id, doctor=doctor, state="run")
         self.progress(f"[{c.id}] doctor: reference {doctor['t0'] * 1000:.1f} ms/update, sigma_pair "
                       f"{noise.sigma_pair:.4f}, promotion margin {noise.promotion_margin * 100:.2f}%")
 
-    def _experience_snapshot(self, c: CampaignRecord, contract: Contract) -> dict[str, Any]:
-        """Verified experience for this workload class, frozen into the doctor record so that replaying the search
-        stays deterministic even while other campaigns write experience back."""
-        searched = {k.name: k for k in contract.knobs if k.name not in contract.derived_knobs}
-        rows = []
-        for r in self.store.experience(workload_class=contract.name):
-            knob = searched.get(r["knob"])
-            match = [v for v in knob.values if str(v) == r["value"]] if knob else []
-            if match and r["verified"] and r["log_speedup"] is not None:
-                rows.append({"knob": r["knob"], "value": match[0], "log_speedup": float(r["log_speedup"])})
-        covered = {r["knob"] for r in rows}
-        return {"experience": rows, "experience_coverage": {"knobs": sorted(covered), "of": len(searched)}}
+    def _experience_snapshot(self, c: CampaignRecord, contract: Contract,
+                             header_extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Retrieved experience (controller/experience/doctor.py), frozen into the doctor record so that replaying
+        the search stays deterministic even while other campaigns write experience back."""
+        from infrarsi.controller.experience.doctor import doctor_experience
+
+        return doctor_experience(self.store, contract, header_extra)
 
     def controller(self, c: CampaignRecord) -> Any:
         """The search controller rebuilt from the store (public for reports)."""

@@ -5,8 +5,8 @@ Contract (every field "as best known"; unknown stays None so that retrieval's sc
 - ``gpu_sku``: ``INFRARSI_GPU_SKU`` (or the older ``INFRARSI_GPU_CLASS``) when set, else the receipt header's
   ``extra.gpu_sku``, else ``cpu`` for a contract without GPUs and ``gpu`` otherwise;
 - ``gpu_mem_gib``: ``INFRARSI_GPU_MEM_GIB``, else the contract's ``memory_cap_gib``;
-- ``gpus_per_node``/``nodes``: the contract's launch; ``interconnect``: ``INFRARSI_INTERCONNECT`` (None for one
-  process on one node is fine: balance mechanisms then never count as covered);
+- ``gpus_per_node``/``nodes``: the contract's launch; ``interconnect``: ``INFRARSI_INTERCONNECT``, else ``none``
+  for a single-process trial, else unknown (None: balance mechanisms then never count as covered);
 - ``software``: the reference receipt's header ``versions`` (python, torch, cuda, nccl);
 - ``framework``: ``workload.static.framework``, else ``torch`` when the receipt names a torch version;
 - ``model_family``: ``workload.static.model_family``, else the header's ``extra.model_family``, else the contract
@@ -87,7 +87,8 @@ def campaign_environment(contract: Any, header_extra: Mapping[str, Any] | None =
     return Environment(
         gpu_sku=str(sku), gpu_mem_gib=mem, peak_tflops=_num(os.environ.get("INFRARSI_PEAK_TFLOPS")),
         bandwidth_gbs=_num(os.environ.get("INFRARSI_BANDWIDTH_GBS")), gpus_per_node=int(launch.gpus_per_node),
-        nodes=int(launch.nodes), interconnect=os.environ.get("INFRARSI_INTERCONNECT") or None, software=software,
+        nodes=int(launch.nodes),
+        interconnect=os.environ.get("INFRARSI_INTERCONNECT") or ("none" if world == 1 else None), software=software,
         framework=str(framework) if framework else None,
         model_family=str(static.get("model_family") or extra.get("model_family") or contract.name),
         params=params, seq_len=int(contract.workload.seq_len),
