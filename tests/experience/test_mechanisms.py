@@ -86,3 +86,11 @@ def test_environment_digest_stable_and_sensitive() -> None:
                  noise_floor=0.03, conditioning={}, tier="verified-search", campaign="c1", trial="t1")
     assert eff.key == ("c1", "t1", "graph_compile", "on")
     assert tier_rank("verified-rerun") > tier_rank("verified-search") > tier_rank("legacy") > tier_rank("x")
+
+
+def test_docs_list_every_mechanism_with_its_class() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "experience.md").read_text()
+    for m in CATALOG.values():
+        assert f"| `{m.name}` | {m.klass} |" in text, m.name
