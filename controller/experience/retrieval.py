@@ -384,10 +384,10 @@ def first_start(observations: Iterable[Observation], environments: Mapping[str, 
         config[k.name] = value
     if all(config[k.name] == k.reference for k in knobs):
         return None
-    refs = [o for o in ok if o.canonical and env is not None and
-            all(str(o.canonical.get(m)) == str(v) for m, v in env.reference_state.items() if m in o.canonical)
-            and o is not best]
-    ref_time = min((o.step_time_s for o in refs), default=None)
+    # reference runs: every mechanism they name at the environment's reference state
+    refs = sorted(float(o.step_time_s) for o in ok if o is not best and env is not None and o.canonical and all(
+        m in env.reference_state and str(env.reference_state[m]) == str(v) for m, v in o.canonical.items()))
+    ref_time = refs[len(refs) // 2] if refs else None
     speedup = float(ref_time / best.step_time_s) if ref_time else 1.0
     return {"config": config, "speedup": speedup, "campaign": camp}
 

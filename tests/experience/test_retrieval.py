@@ -1,0 +1,203 @@
+"""Retrieval (issue 13 item 3): scope check, distance, ranking, grades, priors, experience start, conflicts."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from infrarsi.controller.experience.records import Effect, Environment, Observation
+from infrarsi.controller.experience.retrieval import (
+    conflicts, distance, first_start, knob_grades, param_bucket, record_sd, retrieve, scope, search_experience,
+    seq_bucket, setting_priors, target_knobs)
+
+REF_STATE = {"graph_compile": "off", "tensor_parallel": "1", "attention_kernel": "sdpa", "micro_batch": "1"}
+H20 = Environment(gpu_sku="H20", gpu_mem_gib=96.0, gpus_per_node=8, nodes=1, interconnect="nvlink",
+                  framework="torch", model_family="gpt", params=7e9, seq_len=4096, parallel="tp1-pp1-dp8",
+                  reference_state=REF_STATE)
+H200 = Environment(gpu_sku="H200", gpu_mem_gib=141.0, gpus_per_node=8, nodes=1, interconnect="nvlink",
+                   framework="torch", model_family="gpt", params=7e9, seq_len=4096, parallel="tp1-pp1-dp8",
+                   reference_state=REF_STATE)
+
+#: the target's knobs: other flag names, the same mechanisms, canonical maps
+KNOBS = target_knobs([
+    {"name": "compile", "values": ["none", "inductor"], "reference": "none", "mechanism": "graph_compile",
+     "canonical": {"none": "off", "inductor": "on"}},
+    {"name": "tp", "values": [1, 2, 4], "reference": 1, "mechanism": "tensor_parallel"},
+    {"name": "attn_impl", "values": ["math", "flash"], "reference": "math", "mechanism": "attention_kernel"},
+    {"name": "mbs", "values": [1, 8], "reference": 1, "mechanism": "micro_batch"},
+])
+
+
+def effect(mechanism: str, value: str, e: float, env: Environment = H20, tier: str = "verified-search",
+           trial: str = "t1", klass: str | None = None, mem: float | None = None,
+           conditioning: dict[str, str] | None = None) -> Effect:
+    from infrarsi.controller.experience.mechanisms import mechanism_class
+
+    return Effect(environment=env.digest(), mechanism=mechanism, value=value,
+                  klass=klass or mechanism_class(mechanism), log_speedup=e, noise_floor=0.01,
+                  conditioning=conditioning or {}, tier=tier, campaign="src#1", trial=trial, mem_delta_gib=mem,
+                  env=env)
+
+
+def test_buckets() -> None:
+    assert seq_bucket(4096) == seq_bucket(3000) == 12 and seq_bucket(8192) == 13 and seq_bucket(None) is None
+    assert param_bucket(7e9) == param_bucket(4e9) == 19 and param_bucket(1.2e10) == 20 and param_bucket(0) is None
+
+
+def test_scope_framework_family_seq_and_balance_fields() -> None:
+    from dataclasses import replace
+
+    assert scope(H20, H200, "kernel") == "covered"          # kernel: SKU may differ
+    assert scope(H20, H200, "balance") == "partial"         # balance: SKU must match
+    assert scope(H200, H200, "balance") == "covered"
+    assert scope(replace(H200, framework="jax"), H200, "kernel") == "incompatible"
+    assert scope(replace(H200, model_family="llama"), H200, "kernel") == "partial"
+    assert scope(replace(H200, seq_len=8192), H200, "kernel") == "partial"
+    assert scope(replace(H200, seq_len=3000), H200, "kernel") == "covered"  # same power-of-two bucket
+    for field, value in (("nodes", 2), ("gpus_per_node", 4), ("interconnect", "pcie"), ("params", 7e10),
+                         ("parallel", "tp2-pp1-dp4")):
+        assert scope(replace(H200, **{field: value}), H200, "balance") == "partial", field
+        assert scope(replace(H200, **{field: value}), H200, "kernel") == "covered", field
+    assert scope(replace(H200, framework=None), H200, "kernel") == "partial"  # unknown never matches
+
+
+def test_distance_terms() -> None:
+    from dataclasses import replace
+
+    assert distance(H200, H200) == 0.0
+    assert distance(H20, H200) == pytest.approx(1.0)
+    two_nodes_13b = replace(H20, nodes=2, params=14e9, seq_len=8192)
+    assert distance(two_nodes_13b, H200) == pytest.approx(2.0 + math.log(2) + math.log(2))
+    # reference-state mismatches: the record's reference state overridden by its conditioning
+    assert distance(H200, H200, {"graph_compile": "on"}) == pytest.approx(0.25)
+    assert distance(replace(H200, reference_state=REF_STATE | {"graph_compile": "on", "tensor_parallel": "2"}), H200) == \
+        pytest.approx(0.5)
+    assert distance(replace(H200, params=None), H200) == pytest.approx(1.0)
+
+
+def test_retrieve_maps_renamed_flags_ranks_and_discards() -> None:
+    from dataclasses import replace
+
+    jax = replace(H200, framework="jax")
+    effs = [effect("graph_compile", "on", 0.07, H20, trial="a"),
+            effect("graph_compile", "on", 0.08, H200, tier="verified-rerun", trial="b"),
+            effect("graph_compile", "on", 0.09, H200, trial="c"),
+            effect("graph_compile", "on", 0.5, jax, trial="d"),                 # incompatible: discarded
+            effect("tensor_parallel", "4", 0.12, H20, trial="e"),               # balance on another SKU: partial
+            effect("tensor_parallel", "1", -0.1, H20, trial="f"),               # our reference value: skipped
+            effect("attention_kernel", "flash", 0.1, H20, trial="g"),
+            effect("fp8_unknown_mech", "on", 0.3, H200, trial="h")]             # no target knob
+    got = retrieve(effs, H200, KNOBS)
+    assert [(r.knob, r.value, r.coverage, r.effect.trial) for r in got] == [
+        ("compile", "inductor", "covered", "b"),    # covered, strongest tier, d = 0
+        ("compile", "inductor", "covered", "c"),    # covered, d = 0
+        ("attn_impl", "flash", "covered", "g"),     # covered, d = 1 (ties broken by knob name)
+        ("compile", "inductor", "covered", "a"),
+        ("tp", 4, "partial", "e"),
+    ]
+    assert [r.distance for r in got] == [0.0, 0.0, 1.0, 1.0, 1.0]
+    everything = retrieve(effs, H200, KNOBS, mode="all")  # no scope, no distance: the jax record too
+    assert {r.effect.trial for r in everything} == {"a", "b", "c", "d", "e", "g"}
+    assert all(r.coverage == "covered" and r.distance == 0.0 for r in everything)
+    with pytest.raises(ValueError, match="retrieval mode"):
+        retrieve(effs, H200, KNOBS, mode="some")
+
+
+def test_grades_covered_partial_null_unobserved() -> None:
+    effs = [effect("graph_compile", "on", 0.07, H20), effect("tensor_parallel", "2", 0.1, H20)]
+    obs = [Observation(environment=H20.digest(), campaign="src#1", trial="x", config={},
+                       canonical={"micro_batch": "8", "graph_compile": "off"}, step_time_s=1.0,
+                       verdicts={"outcome": "ok"})]
+    got = retrieve(effs, H200, KNOBS)
+    grades = knob_grades(KNOBS, got, obs, {H20.digest(): H20}, H200)
+    assert grades == {"compile": "covered", "tp": "partial", "mbs": "null", "attn_impl": "unobserved"}
+
+
+def test_priors_shrink_with_distance_and_partial_scope() -> None:
+    near = retrieve([effect("graph_compile", "on", 0.10, H200)], H200, KNOBS)
+    far = retrieve([effect("graph_compile", "on", 0.10, H20)], H200, KNOBS)
+    part = retrieve([effect("tensor_parallel", "4", 0.10, H20, mem=-30.0)], H200, KNOBS)
+    assert record_sd(near[0]) < record_sd(far[0]) < record_sd(part[0])
+    (pn,), (pf,), (pp,) = (setting_priors(r, {}) for r in (near, far, part))
+    assert 0.09 < pn["log_speedup"] <= 0.10 and pn["prior_sd"] < 0.02
+    assert 0.0 < pp["log_speedup"] < pf["log_speedup"] < pn["log_speedup"]
+    assert pp["prior_sd"] > pf["prior_sd"] > pn["prior_sd"]
+    assert pf["distance"] == 1.0 and pn["distance"] == 0.0
+    assert pp["mem_gib"] == pytest.approx(-30.0) and pp["mem_sd"] > 1.0
+    # the knob's own prior enters as the base; conflicting records widen the SD
+    (pb,) = setting_priors(far, {("compile", "inductor"): (-0.05, 0.05)})
+    assert pb["log_speedup"] < pf["log_speedup"]
+    mixed = retrieve([effect("graph_compile", "on", 0.10, H200, trial="1"),
+                      effect("graph_compile", "on", -0.10, H200, trial="2")], H200, KNOBS)
+    (pm,) = setting_priors(mixed, {})
+    assert abs(pm["log_speedup"]) < 0.01 and pm["prior_sd"] > 0.05
+
+
+def _obs(trial: str, canonical: dict[str, str], t: float | None, env: Environment = H20, outcome: str = "ok",
+         conflicts: tuple = (), shortfall: float | None = None) -> Observation:
+    return Observation(environment=env.digest(), campaign="src#1", trial=trial, config={}, canonical=canonical,
+                       step_time_s=t, verdicts={"outcome": outcome}, conflicts=conflicts,
+                       oom_shortfall_gib=shortfall)
+
+
+def test_first_start_maps_covered_settings_only() -> None:
+    ref = {"graph_compile": "off", "tensor_parallel": "1", "attention_kernel": "sdpa", "micro_batch": "1"}
+    best = {"graph_compile": "on", "tensor_parallel": "4", "attention_kernel": "flash", "micro_batch": "8"}
+    obs = [_obs("ref", ref, 2.0), _obs("best", best, 1.0), _obs("slow", ref | {"micro_batch": "8"}, 1.5),
+           _obs("oom", best | {"micro_batch": "16"}, None, outcome="oom")]
+    envs = {H20.digest(): H20}
+    filt = first_start(obs, envs, H200, KNOBS, "filtered")
+    # tensor parallel is balance: measured on another SKU, it is not covered and stays at the reference
+    assert filt == {"config": {"compile": "inductor", "tp": 1, "attn_impl": "flash", "mbs": 8}, "speedup": 2.0,
+                    "campaign": "src#1"}
+    assert first_start(obs, envs, H200, KNOBS, "all")["config"]["tp"] == 4
+    assert first_start(obs, {}, H200, KNOBS, "filtered") is None  # unknown environment: nothing to trust
+
+
+def test_conflicts_transfer_by_scope_and_memory() -> None:
+    crash = (("graph_compile", "on"), ("attention_kernel", "flash"))
+    balance = (("tensor_parallel", "4"), ("graph_compile", "on"))
+    obs = [_obs("c1", {}, None, outcome="crash", conflicts=(crash,)),
+           _obs("c2", {}, None, outcome="crash", conflicts=(balance,)),
+           _obs("o1", {}, None, H200, outcome="oom", conflicts=((("micro_batch", "8"), ("graph_compile", "on")),),
+                shortfall=3.0),
+           _obs("o2", {}, None, H20, outcome="oom", conflicts=((("micro_batch", "8"), ("attention_kernel", "flash")),),
+                shortfall=3.0)]
+    envs = {H20.digest(): H20, H200.digest(): H200}
+    got = conflicts(obs, envs, H200, KNOBS, "filtered")
+    # the kernel crash transfers, the balance one (TP from another SKU) does not; the OOM from a GPU with as much
+    # memory transfers, the OOM from a smaller GPU (H20, 96 GiB) does not
+    assert got == [{"conflict": [["attn_impl", "flash"], ["compile", "inductor"]]},
+                   {"conflict": [["compile", "inductor"], ["mbs", 8]]}]
+    assert len(conflicts(obs, envs, H200, KNOBS, "all")) == 4
+
+
+def test_search_experience_drives_the_controller() -> None:
+    """The records reach SearchController: the first start is the experience start, priors move, the conflict
+    is known, and a transferred belief is what the transfer check toggles."""
+    import numpy as np
+
+    from infrarsi.controller.search.controller import SearchController
+    from infrarsi.controller.search.space import Candidate, KnobSpec, SearchSpace
+    from infrarsi.surrogate.noise import calibrate
+
+    ref = {"graph_compile": "off", "tensor_parallel": "1", "attention_kernel": "sdpa", "micro_batch": "1"}
+    best = {"graph_compile": "on", "tensor_parallel": "4", "attention_kernel": "flash", "micro_batch": "1"}
+    obs = [_obs("ref", ref, 2.0), _obs("best", best, 1.0),
+           _obs("c", {}, None, outcome="crash", conflicts=((("tensor_parallel", "2"), ("micro_batch", "8")),),
+                env=H200)]
+    effs = [effect("graph_compile", "on", 0.15, H20, mem=-2.0), effect("attention_kernel", "flash", 0.1, H20)]
+    envs = {H20.digest(): H20, H200.digest(): H200}
+    records, grades = search_experience(effs, obs, envs, H200, KNOBS)
+    assert grades["compile"] == "covered" and grades["tp"] == "null"
+    space = SearchSpace(tuple(KnobSpec(k.name, k.values, k.reference) for k in KNOBS))
+    rng = np.random.default_rng(0)
+    noise = calibrate([np.exp(rng.normal(0, 0.01, 24)) for _ in range(3)])
+    ctrl = SearchController(space, noise, 1.0, 80.0, seed=0, experience=records)
+    assert ctrl.starts[0] == Candidate.from_dict({"compile": "inductor", "tp": 1, "attn_impl": "flash", "mbs": 1})
+    eff = ctrl.single_effects()
+    assert 0.05 < eff[("compile", "inductor")][0] < 0.15 and eff[("tp", 2)][0] == 0.0  # shrunk: measured on H20
+    assert ctrl.ledger.blocked(frozenset({("tp", 2), ("mbs", 8)})) is not None
+    assert ctrl.mem_delta(("compile", "inductor")) == pytest.approx(-2.0, abs=0.5)
+    assert set(ctrl.transferred) == {("compile", "inductor"), ("attn_impl", "flash")}
