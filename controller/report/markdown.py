@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from infrarsi.controller.report.fmt import DASH, fx, gib, gpuh, ms, num, pct, sci, table, text
+from infrarsi.controller.report.plot import unit_of
 from infrarsi.controller.report.proposers import proposers_section
 from infrarsi.controller.report.sections import (
     cost_section,
@@ -92,6 +93,28 @@ def delivered(result: dict[str, Any]) -> float | None:
     return num(result.get("delivered_speedup"))
 
 
+def campaign_state(r: dict[str, Any]) -> str:
+    """The campaign's state as the report shows it: ``done`` for a campaign whose report this is (the report
+    stage is the campaign's last act, so "report" there means finished), else the recorded state."""
+    state = _d(r.get("campaign")).get("state")
+    return "done" if state == "report" else str(state or "unknown")
+
+
+def mfu_omitted(r: dict[str, Any]) -> str | None:
+    """Why MFU is not computed although it could be (CPU trials: no GPU peak), or None."""
+    why = r.get("mfu_omitted")
+    if isinstance(why, str) and why:
+        return why
+    return "CPU trials: there is no GPU peak to measure MFU against" if unit_of(r) == "CPU" else None
+
+
+def cost_hours(r: dict[str, Any]) -> tuple[float | None, str]:
+    """(total hours, unit) of the campaign's cost: GPU-hours, or CPU-hours when its trials ran on the CPU."""
+    cost = _d(r.get("cost"))
+    unit = unit_of(r)
+    return num(cost.get("total_cpu_hours" if unit == "CPU" else "total_gpu_hours")), unit
+
+
 def _title(r: dict[str, Any]) -> str:
     c = _d(r.get("campaign"))
     name = c.get("name") or "campaign"
@@ -100,7 +123,7 @@ def _title(r: dict[str, Any]) -> str:
     reason = text(r.get("reason"), limit=400)
     p = _d(r.get("promoted"))
     if s is None:
-        line = f"**No speedup delivered (campaign state: {c.get('state') or 'unknown'}).** Reason: {reason}."
+        line = f"**No speedup delivered (campaign state: {campaign_state(r)}).** Reason: {reason}."
     elif not p or round(s, 2) == 1.00:
         line = (f"**Delivered speedup: {fx(s)}. Nothing was promoted; the reference configuration stays.** "
                 f"Reason: {reason}.")
@@ -112,11 +135,14 @@ def _title(r: dict[str, Any]) -> str:
     before, after = _mfu_values(r)
     cost = _d(r.get("cost"))
     facts = []
-    if before is not None or after is not None:
+    hours, unit = cost_hours(r)
+    if mfu_omitted(r):
+        facts.append(f"MFU not computed ({mfu_omitted(r)})")
+    elif before is not None or after is not None:
         facts.append(f"MFU {pct(before)} → {pct(after)}")
     elif not mfu:
         facts.append("MFU not computed (FLOPs per token unknown)")
-    facts.append(f"cost {gpuh(cost.get('total_gpu_hours'))} GPU-h ({pct(cost.get('share_of_budget'))} of budget)")
+    facts.append(f"cost {gpuh(hours)} {unit}-h ({pct(cost.get('share_of_budget'))} of budget)")
     facts.append(f"{len(_l(r.get('trials')))} trials")
     out = f"{head}\n\n{line}\n\n" + " · ".join(facts)
     warning = isolation_warning(r)
@@ -152,11 +178,12 @@ def _result(r: dict[str, Any]) -> str:
         ["Delivered speedup", fx(r.get("delivered_speedup"))],
         ["Step time, reference (ms/update)", ms(ref.get("step_time_s"))],
         ["Step time, delivered (ms/update)", ms(p.get("step_time_s") if p else ref.get("step_time_s"))],
-        ["MFU before → after", f"{pct(before)} → {pct(after)}"],
-        ["GPU-hours spent (share of budget)", f"{gpuh(_d(r.get('cost')).get('total_gpu_hours'))} "
-                                              f"({pct(_d(r.get('cost')).get('share_of_budget'))})"],
+        ["MFU before → after", f"not computed ({mfu_omitted(r)})" if mfu_omitted(r) else
+         f"{pct(before)} → {pct(after)}"],
+        [f"{cost_hours(r)[1]}-hours spent (share of budget)", f"{gpuh(cost_hours(r)[0])} "
+                                                            f"({pct(_d(r.get('cost')).get('share_of_budget'))})"],
         ["Campaign", f"#{c.get('id', DASH)} {text(c.get('name'))}, owner {text(c.get('owner'))}, "
-                     f"state {text(c.get('state'))}"],
+                     f"state {text(campaign_state(r))}"],
         ["Repository", repo],
         ["Executor", text(c.get("executor"))],
         ["Contract digest", text(c.get("contract_digest"), 72)],
@@ -199,6 +226,9 @@ def _mfu(r: dict[str, Any]) -> str:
     m = _d(r.get("mfu"))
     before, after = _mfu_values(r)
     out += ["", f"Formula (the paper's): {MFU_FORMULA}."]
+    if mfu_omitted(r):
+        out += ["", f"MFU not computed: {mfu_omitted(r)}."]
+        return "\n".join(out)
     if not m:
         out += ["", "MFU not computed: FLOPs per token is unknown (declare workload.flops_per_token in the task "
                     "contract, or pass extra={'flops_per_token': ...} in the adapter's receipt header)."]

@@ -22,15 +22,26 @@ def _trials(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _positions(trials: list[dict[str, Any]]) -> list[float]:
-    """Cumulative GPU-hours per trial: ``cum_gpu_hours`` when given, else a running sum of ``gpu_hours``."""
+    """Cumulative device-hours per trial: ``cum_hours`` (GPU-hours, or CPU-hours for CPU trials) when given, else
+    ``cum_gpu_hours``, else a running sum of ``gpu_hours`` + ``cpu_hours``."""
     xs, run = [], 0.0
     for t in trials:
-        run += num(t.get("gpu_hours")) or 0.0
-        c = num(t.get("cum_gpu_hours"))
+        run += (num(t.get("gpu_hours")) or 0.0) + (num(t.get("cpu_hours")) or 0.0)
+        c = num(t.get("cum_hours"))
+        c = num(t.get("cum_gpu_hours")) if c is None else c
         if c is not None:
             run = c
         xs.append(run)
     return xs
+
+
+def unit_of(result: dict[str, Any]) -> str:
+    """``"GPU"`` or ``"CPU"``: what the campaign's trials ran on (and its cost is booked in)."""
+    cost = result.get("cost") if isinstance(result.get("cost"), dict) else {}
+    camp = result.get("campaign") if isinstance(result.get("campaign"), dict) else {}
+    if cost.get("unit") in ("GPU", "CPU"):
+        return str(cost["unit"])
+    return "CPU" if camp.get("device") == "cpu" else "GPU"
 
 
 def best_so_far(result: dict[str, Any]) -> list[tuple[float, float]]:
@@ -97,7 +108,7 @@ def plot_progress(result: dict[str, Any], path: Path) -> Path:
             ax.axhline(floor, color="0.7", lw=0.6)
             ax.annotate("no measured speed", (0, floor), xycoords=("axes fraction", "data"), xytext=(3, 3),
                         textcoords="offset points", fontsize=7, color="0.4")
-        ax.set_xlabel("cumulative GPU-hours")
+        ax.set_xlabel(f"cumulative {unit_of(result)}-hours")
         ax.set_ylabel("speedup over reference (x)")
         camp = result.get("campaign") if isinstance(result.get("campaign"), dict) else {}
         ax.set_title(f"infrarsi: {camp.get('name') or 'campaign'}: search progress")

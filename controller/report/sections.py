@@ -7,10 +7,13 @@ starting with its ``## `` heading; none raises on null or missing fields.
 
 from __future__ import annotations
 
+import json
+import re
 from collections import Counter
 from typing import Any
 
 from infrarsi.controller.report.fmt import DASH, changed, fx, gib, gpuh, ms, num, pct, table, text
+from infrarsi.controller.report.plot import unit_of
 
 OUTCOME_ORDER = ("ok", "rejected", "oom", "crash", "timeout", "cancelled")
 
@@ -31,10 +34,13 @@ def trials_of(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------------ cost
 def cost_section(r: dict[str, Any]) -> str:
-    """GPU-hours by stage and failure class, failed and rejected trials included, and the share of budget."""
+    """GPU-hours by stage and failure class, failed and rejected trials included, and the share of budget;
+    CPU-hours instead when the campaign's trials ran on the CPU (the section says which)."""
     c = _d(r.get("cost"))
-    total = num(c.get("total_gpu_hours"))
-    failed, rejected = num(c.get("failed_gpu_hours")), num(c.get("rejected_gpu_hours"))
+    unit = unit_of(r)
+    key = "cpu" if unit == "CPU" else "gpu"
+    total = num(c.get(f"total_{key}_hours"))
+    failed, rejected = num(c.get(f"failed_{key}_hours")), num(c.get(f"rejected_{key}_hours"))
     useful = None if total is None else total - (failed or 0.0) - (rejected or 0.0)
 
     def share(x: float | None) -> str:
@@ -45,31 +51,112 @@ def cost_section(r: dict[str, Any]) -> str:
         ["  completed and accepted", gpuh(useful), share(useful)],
         ["  failed (OOM, crash, timeout)", gpuh(failed), share(failed)],
         ["  rejected by the verifier", gpuh(rejected), share(rejected)],
-        ["Budget", gpuh(c.get("budget_gpu_hours")), DASH],
+        ["Budget (device-hours)", gpuh(c.get("budget_gpu_hours")), DASH],
         ["Share of budget used", pct(c.get("share_of_budget")), DASH],
     ]
-    out = "## Cost ledger\n\n" + table(["GPU-hours", "GPU-h", "Share of total"], rows, right=(1, 2))
+    note = ("Trials ran on the GPU: time is booked as GPU-hours (wall time × GPUs per trial)." if unit == "GPU" else
+            "Trials ran on the CPU (no GPU): time is booked as CPU-hours (wall time × one slot per trial), not as "
+            "GPU-hours; the budget counts them.")
+    out = (f"## Cost ledger\n\n{note}\n\n"
+           + table([f"{unit}-hours", f"{unit}-h", "Share of total"], rows, right=(1, 2)))
     stages = [s for s in _l(c.get("by_stage")) if isinstance(s, dict)]
     srows = [[text(s.get("stage")), text(s.get("failure_class") or "none"), text(s.get("entries")),
-              gpuh(s.get("gpu_hours")), share(num(s.get("gpu_hours"))), text(s.get("llm_tokens"))] for s in stages]
+              gpuh(s.get(f"{key}_hours")), share(num(s.get(f"{key}_hours"))), text(s.get("llm_tokens"))]
+             for s in stages]
     out += "\n\nBy stage and failure class:\n\n" + table(
-        ["Stage", "Failure class", "Entries", "GPU-h", "Share", "LLM tokens"], srows, right=(2, 3, 4, 5))
+        ["Stage", "Failure class", "Entries", f"{unit}-h", "Share", "LLM tokens"], srows, right=(2, 3, 4, 5))
     return out
 
 
 # ------------------------------------------------------------------ memory
+MEASURED_OUTCOMES = ("ok", "rejected")
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a == b:
+        return True
+    try:
+        return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True) or str(a) == str(b)
+    except (TypeError, ValueError):
+        return str(a) == str(b)
+
+
+def _has_setting(t: dict[str, Any], name: str, value: Any) -> bool:
+    """Whether trial ``t`` ran with knob ``name`` at ``value`` (or with patch ``value`` for ``patch:...``)."""
+    if str(name).startswith("patch:"):
+        return str(name)[len("patch:"):] in [str(p) for p in _l(t.get("patches"))] or \
+            str(value) in [str(p) for p in _l(t.get("patches"))]
+    cfg = _d(t.get("config"))
+    if name in cfg:
+        return _same(cfg[name], value)
+    ch = _d(t.get("changed")).get(name)
+    return isinstance(ch, (list, tuple)) and len(ch) == 2 and _same(ch[1], value)
+
+
+def memory_evidence(r: dict[str, Any], name: str, value: Any) -> tuple[int, int]:
+    """``(measured, ooms)``: trials that ran this setting and reported their peak memory, and that ran out of
+    memory with it."""
+    measured = ooms = 0
+    for t in trials_of(r):
+        if not _has_setting(t, name, value):
+            continue
+        if t.get("outcome") == "oom":
+            ooms += 1
+        elif t.get("outcome") in MEASURED_OUTCOMES and num(t.get("peak_mem_gib")) is not None:
+            measured += 1
+    return measured, ooms
+
+
+def memory_confidence(measured: int, gib_v: float | None, sd: float | None) -> str:
+    """``high`` / ``medium`` / ``low`` for an estimate backed by ``measured`` runs with posterior SD ``sd``."""
+    if measured == 0 or gib_v is None:
+        return "none"
+    size = abs(gib_v)
+    if measured == 1 or sd is None or sd >= size:
+        return "low"
+    if measured == 2 or sd >= size / 2:
+        return "medium"
+    return "high"
+
+
 def memory_section(r: dict[str, Any]) -> str:
-    """The censored memory model's per-setting GiB estimates, largest spender first."""
+    """The censored memory model's per-setting GiB estimates, largest spender first, only for settings some trial
+    ran: a number only where a run with that setting reported its peak memory (with how many and a confidence);
+    a setting seen only in out-of-memory trials is named without a number (one OOM says the whole configuration
+    did not fit, not how much this setting adds); settings never run are listed apart, never as "neutral"."""
     rows_in = [m for m in _l(r.get("memory_table")) if isinstance(m, dict)]
-    if not rows_in:
-        return ("## Memory model\n\nNo memory data: no trial reported peak memory, "
-                "so no per-setting estimates were fitted.")
+    any_peak = any(num(t.get("peak_mem_gib")) is not None for t in trials_of(r))
+    if not rows_in or not any_peak:
+        why = ("no trial reported peak memory" + (" (CPU trials)" if unit_of(r) == "CPU" else "")
+               if not any_peak else "the memory model was not fitted")
+        return f"## Memory model\n\nNo memory data: {why}, so no per-setting estimates are shown."
     rows_in.sort(key=lambda m: (num(m.get("gib")) is None, -(num(m.get("gib")) or 0.0)))
-    rows = [[text(m.get("name")), text(m.get("value"), 40), gib(m.get("gib")),
-             DASH if num(m.get("sd")) is None else f"±{num(m.get('sd')):.2f}", text(m.get("class"))] for m in rows_in]
-    return ("## Memory model\n\nEstimated change in per-GPU peak memory for each setting relative to the reference "
-            "(right-censored Tobit model fitted to all trials, OOMs included):\n\n"
-            + table(["Knob", "Value", "GiB", "SD", "Class"], rows, right=(2, 3)))
+    rows, never = [], []
+    for m in rows_in:
+        name, value = m.get("name"), m.get("value")
+        measured, ooms = memory_evidence(r, str(name), value)
+        label = f"{text(name)}={text(value, 40)}"
+        if measured == 0 and ooms == 0:
+            never.append(label)
+            continue
+        g, sd = num(m.get("gib")), num(m.get("sd"))
+        runs = f"{measured} measured" + (f", {ooms} OOM" if ooms else "")
+        if measured == 0:
+            rows.append([text(name), text(value, 40), DASH, DASH, "ran out of memory", runs,
+                         "none (no run with it completed)"])
+            continue
+        cls = text(m.get("class"))
+        if g is not None and sd is not None and abs(g) < sd:
+            cls = "within noise"
+        rows.append([text(name), text(value, 40), gib(g), DASH if sd is None else f"±{sd:.2f}", cls, runs,
+                     memory_confidence(measured, g, sd)])
+    out = ("## Memory model\n\nEstimated change in per-GPU peak memory for each setting relative to the reference "
+           "(right-censored Tobit model fitted to all trials, OOMs included), for settings a trial ran; a number "
+           "only where a run with the setting reported its peak memory:\n\n"
+           + table(["Knob", "Value", "GiB", "SD", "Class", "Runs", "Confidence"], rows, right=(2, 3)))
+    if never:
+        out += "\n\nNever run, so not estimated: " + ", ".join(never) + "."
+    return out
 
 
 # ------------------------------------------------------------------ refused
@@ -88,12 +175,35 @@ def outcome_counts(r: dict[str, Any]) -> Counter[str]:
     return Counter(str(t.get("outcome") or "unknown") for t in trials_of(r))
 
 
+_LOG_REF = re.compile(r" \(log: (?P<path>[^)]*)\)$")
+_TRIAL_DIR = re.compile(r"trials/(?P<dir>[0-9a-f]{16})/out/(?P<file>[^/]+)$")
+_JSON_TAIL = re.compile(r"(?P<head>.*?)(?P<json>[\[{]\s*\".*)$")
+
+
+def readable_reason(reason: Any, limit: int = 200) -> str:
+    """A trial's reason for a table cell: a raw JSON line (a job printing its configuration) folded to
+    ``{JSON, N chars}``, the log path shortened to ``trials/<dir>/out/job.log``, the text cut before the log
+    reference so the reference survives."""
+    if not isinstance(reason, str) or not reason:
+        return text(reason, limit)
+    log = ""
+    m = _LOG_REF.search(reason)
+    if m:
+        reason = reason[:m.start()]
+        d = _TRIAL_DIR.search(m.group("path"))
+        log = f" (log: trials/{d.group('dir')}/out/{d.group('file')})" if d else f" (log: {m.group('path')})"
+    j = _JSON_TAIL.match(reason)
+    if j and len(j.group("json")) > 40:
+        reason = f"{j.group('head')}{{JSON, {len(j.group('json'))} chars}}"
+    return f"{text(reason, max(20, limit - len(log)))} {text(log, 200)}" if log else text(reason, limit)
+
+
 def trial_note(t: dict[str, Any]) -> str:
-    """The last column of the trial table: ``L2: reason`` for rejections, else the reason."""
+    """The last column of the trial table: ``L2: reason`` for rejections, else the reason (readable)."""
     layer, reason = t.get("first_failed_layer"), t.get("reason")
     if layer:
-        return text(f"{layer}: {reason}" if reason else str(layer), 140)
-    return text(reason, 140)
+        return readable_reason(f"{layer}: {reason}" if reason else str(layer))
+    return readable_reason(reason)
 
 
 def trials_section(r: dict[str, Any]) -> str:
