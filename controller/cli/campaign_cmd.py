@@ -40,11 +40,15 @@ def _status(store: object, c: CampaignRecord) -> dict:
     for t in trials:
         key = t.outcome or t.status
         by[key] = by.get(key, 0) + 1
-    spent = sum(r["gpu_hours"] for r in store.cost_by_stage(c.id))  # type: ignore[attr-defined]
+    cost = store.cost_by_stage(c.id)  # type: ignore[attr-defined]
+    gpu_h = sum(r["gpu_hours"] for r in cost)
+    cpu_h = sum(r.get("cpu_hours", 0.0) for r in cost)  # CPU trials: booked as CPU-hours, never GPU-hours
     search = sum(1 for t in trials if t.stage == "search")
     return {"id": c.id, "name": c.name, "owner": c.owner, "state": c.state, "executor": c.executor,
             "trials": len(trials), "search_trials": f"{search}/{c.budget_trials}",
-            "gpu_hours": f"{spent:.4f}/{c.budget_gpu_hours:g}", "outcomes": by,
+            "gpu_hours": f"{gpu_h:.4f}/{c.budget_gpu_hours:g}" if not cpu_h else f"{gpu_h:.4f}",
+            **({"cpu_hours": f"{cpu_h:.4f}/{c.budget_gpu_hours:g}"} if cpu_h else {}),
+            **({"sbatch": c.sbatch} if c.sbatch else {}), "outcomes": by,
             "delivered_speedup": c.delivered_speedup, "error": c.error, "workdir": c.workdir}
 
 
