@@ -46,7 +46,8 @@ def finops_rows(url: str, view: str) -> list[dict]:
 @click.option("--url", help="Database URL (default: INFRARSI_DATABASE_URL or SQLite under INFRARSI_HOME).")
 def finops(view: str, fmt: str, url: str | None) -> None:
     """Print a finance view: failed (failed-trial GPU-hours by campaign, user, partition, stage, failure class),
-    campaign_cost (total cost per campaign, failures included), cost_per_pct (GPU-hours per verified % speedup)."""
+    campaign_cost (total cost per campaign, failures included), cost_per_pct (GPU-hours per verified % speedup),
+    llm_cost (language-model requests, tokens and USD next to GPU-hours), proposer_cost (the same per proposer)."""
     from infrarsi.controller.settings import Settings, normalize_url
 
     emit(finops_rows(normalize_url(url) if url else Settings.from_env().database_url, view), fmt)
