@@ -67,7 +67,9 @@ def test_nanogpt_campaign_end_to_end(tmp_path: Path) -> None:
     assert any(t["outcome"] == "ok" and t["patches"] and set(t["patches"]) <= faithful for t in result["trials"])
     rejected = [t for t in result["trials"] if t["outcome"] == "rejected"]
     assert len(rejected) >= 2 and sum(result["rejections_by_layer"].values()) == len(rejected)
-    assert result["cost"]["total_gpu_hours"] > 0
+    # a CPU campaign: its trials are booked as CPU-hours, never as GPU-hours; no MFU against a GPU peak (issue 16)
+    assert result["cost"]["total_cpu_hours"] > 0 and result["cost"]["total_gpu_hours"] == 0
+    assert result["cost"]["unit"] == "CPU" and result["mfu"] is None
 
     # apply writes a branch whose diff is the promoted diff plus the promoted launch configuration
     applied = infrarsi("apply", "--branch", "infrarsi/promoted", env=env, cwd=repo)
