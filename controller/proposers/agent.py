@@ -3,8 +3,8 @@ the same bubblewrap isolation as trials (:mod:`infrarsi.verifier.sandbox`); its 
 
 One request:
 
-1. A fresh run folder under ``workdir``: ``tree/`` (a copy of the repo's regular files, ``.git`` and symlinks left
-   out, files over 1 MiB left out, 64 MiB in all) and ``home/`` (the agent's ``HOME`` and ``TMPDIR``, where the
+1. A fresh run folder under ``workdir``: ``tree/`` (a copy of the repo's regular files: symlinks, ``.git``,
+   environments and caches left out, other files over 1 MiB unless editable, 64 MiB in all) and ``home/`` (the agent's ``HOME`` and ``TMPDIR``, where the
    prompt file ``prompt.md`` is written).  The pristine contents are kept in memory.
 2. The command runs with ``tree/`` as working directory.  The prompt (:func:`build_prompt`, answer form
    ``edit``) goes to its stdin, or into ``home/prompt.md`` whose path replaces ``{prompt_file}`` in the command.
@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -47,6 +48,9 @@ from infrarsi.controller.proposers.spec import PROMPT_FILE_PLACEHOLDER, AgentSpe
 MAX_FILE_BYTES = 1 << 20
 MAX_TREE_BYTES = 64 << 20
 IGNORED = ("**/__pycache__/**", "__pycache__/**", "**/*.pyc", "*.pyc")
+#: folders never copied into the scratch tree (version control, environments, caches)
+SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "node_modules", ".mypy_cache",
+                       ".pytest_cache", ".ruff_cache", ".tox", ".ipynb_checkpoints"})
 STDERR_KEEP = 64 << 10
 
 
@@ -55,42 +59,56 @@ class AgentError(Exception):
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
-    """Regular files under ``root`` (``.git`` and symlinked entries skipped) as repo-relative path -> bytes."""
+    """Regular files under ``root`` as repo-relative path -> bytes (symlinks and :data:`SKIP_DIRS` other than
+    ``__pycache__`` skipped).  AgentError for a file larger than 64 MiB (it is not read)."""
     out: dict[str, bytes] = {}
     root = Path(root)
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d != ".git" and not os.path.islink(os.path.join(dirpath, d)))
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS - {"__pycache__"}
+                             and not os.path.islink(os.path.join(dirpath, d)))
         for f in sorted(filenames):
             p = Path(dirpath) / f
             if p.is_symlink() or not p.is_file():
                 continue
-            out[p.relative_to(root).as_posix()] = p.read_bytes()
+            rel = p.relative_to(root).as_posix()
+            size = p.stat().st_size
+            if size > MAX_TREE_BYTES:
+                raise AgentError(f"agent left a file of {size} bytes in '{rel}' (at most {MAX_TREE_BYTES})")
+            out[rel] = p.read_bytes()
     return out
 
 
-def copy_tree(repo: Path, dest: Path) -> dict[str, bytes]:
-    """Copy ``repo``'s regular files (no ``.git``, no symlinks, none over 1 MiB, 64 MiB in all) into ``dest``;
-    return what was copied (path -> bytes)."""
-    files: dict[str, bytes] = {}
-    total = 0
+def copy_tree(repo: Path, dest: Path, editable: tuple[str, ...] = ()) -> dict[str, bytes]:
+    """Copy ``repo``'s regular files into ``dest``; return what was copied (path -> bytes).
+
+    Left out: symlinks, :data:`SKIP_DIRS`, files over 1 MiB unless they match an ``editable`` glob, and anything
+    past 64 MiB in all (editable files first, so they are always there)."""
+    from infrarsi.controller.patches.intake import glob_match
+
     repo = Path(repo)
+    found: list[tuple[bool, str, Path]] = []
     for dirpath, dirnames, filenames in os.walk(repo, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d != ".git" and not os.path.islink(os.path.join(dirpath, d)))
+        dirnames[:] = sorted(d for d in dirnames
+                             if d not in SKIP_DIRS and not os.path.islink(os.path.join(dirpath, d)))
         for f in sorted(filenames):
             src = Path(dirpath) / f
             if src.is_symlink() or not src.is_file():
                 continue
-            size = src.stat().st_size
-            if size > MAX_FILE_BYTES or total + size > MAX_TREE_BYTES:
-                continue
             rel = src.relative_to(repo).as_posix()
-            data = src.read_bytes()
-            dst = dest / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.write_bytes(data)
-            files[rel] = data
-            total += size
-    return files
+            found.append((not any(glob_match(rel, g) for g in editable), rel, src))
+    files: dict[str, bytes] = {}
+    total = 0
+    for not_editable, rel, src in sorted(found):
+        size = src.stat().st_size
+        if (not_editable and size > MAX_FILE_BYTES) or total + size > MAX_TREE_BYTES:
+            continue
+        data = src.read_bytes()
+        dst = dest / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes(data)
+        files[rel] = data
+        total += size
+    return dict(sorted(files.items()))
 
 
 def _lines(data: bytes, path: str) -> list[str]:
@@ -158,6 +176,7 @@ class AgentProposer(Proposer):
             raise ValueError(f"isolation must be bwrap or none, not {isolation!r}")
         self.isolation = isolation
         self._environ = environ
+        self._slots = threading.BoundedSemaphore(spec.max_concurrent)
 
     # ------------------------------------------------------------------ command line
     def _env(self, home: Path) -> dict[str, str]:
@@ -284,12 +303,13 @@ class AgentProposer(Proposer):
             tree, home, logs = run / "tree", run / "home", run / "logs"
             for d in (tree, home, home / "tmp", logs):
                 d.mkdir(parents=True)
-            before = copy_tree(self.rules.repo, tree)
+            before = copy_tree(self.rules.repo, tree, self.rules.editable)
             prompt_file = home / "prompt.md"
             prompt_file.write_text(prompt, encoding="utf-8")
             env = self._env(home)
             argv = self._argv(tree, home, prompt_file, env)
-            self._run(argv, tree, env, prompt if self.spec.prompt_on_stdin else None, logs)
+            with self._slots:
+                self._run(argv, tree, env, prompt if self.spec.prompt_on_stdin else None, logs)
             diff = self._diff(before, tree)
             if not diff:
                 raise AgentError("agent left no change in the editable files")

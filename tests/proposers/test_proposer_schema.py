@@ -104,3 +104,25 @@ def test_contract_section_loads_with_line_numbers(tmp_path: Path) -> None:
         load_contract(path)
     line = (text + section).split("\n").index("    - kind: llm") + 1
     assert f"infrarsi.yaml:{line}" in str(info.value) and "proposers.entries[1]" in str(info.value)
+
+
+def test_parse_never_raises_anything_but_a_proposal_error() -> None:
+    from hypothesis import given, settings, strategies as st
+
+    json_values = st.recursive(st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=20),
+                               lambda kids: st.lists(kids, max_size=4) | st.dictionaries(
+                                   st.sampled_from(["priors", "patches", "diff", "knob", "value", "spread",
+                                                    "mean_log_speedup", "rationale", "claimed_gain", "x"]),
+                                   kids, max_size=5), max_leaves=20)
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.one_of(st.text(max_size=200), json_values.map(json.dumps)))
+    def check(text: str) -> None:
+        try:
+            parse_proposal(text)
+        except ProposalError as exc:
+            assert "\n" not in str(exc)
+
+    check()
+    with pytest.raises(ProposalError, match="not JSON"):
+        parse_proposal("[" * 100_000 + "]" * 100_000)  # nesting deep enough to exhaust the parser
