@@ -15,7 +15,7 @@ One request:
 3. ``timeout_s`` bounds the run (the process group is killed); a non-zero exit is a failed proposal with the last
    line of stderr.
 4. The diff of ``tree/`` against the pristine contents (files changed, added, removed; ``__pycache__`` and
-   ``*.pyc`` and the spec's ``ignore`` globs are not counted) must touch only editable files: an edit to any
+   ``*.pyc`` are not counted) must touch only editable files: an edit to any
    other file fails the proposal ("edited 'data.py', which is not an editable file").  The diff then passes
    ``patches.intake.check_patch`` against the repo like any patch, as one :class:`PatchProposal` with claimed gain 0.
 

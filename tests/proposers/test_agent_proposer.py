@@ -23,12 +23,13 @@ ISOLATIONS = ["none", pytest.param("bwrap", marks=pytest.mark.skipif(
 
 
 def agent(rules, tmp_path: Path, mode: str, isolation: str, *, via_file: bool = True, timeout_s: float = 60,
-          env: list[str] | None = None, environ: dict[str, str] | None = None) -> AgentProposer:
+          env: list[str] | None = None, environ: dict[str, str] | None = None, network: bool = False
+          ) -> AgentProposer:
     argv = [sys.executable, str(AGENTS / "edit_agent.py"), "--mode", mode]
     if via_file:
         argv.append("{prompt_file}")
     spec = AgentSpec(kind="agent", name=f"stub-{mode}", command=argv, timeout_s=timeout_s, env=env or [],
-                     network=False, ro_paths=[str(AGENTS)])
+                     network=network, ro_paths=[str(AGENTS)])
     base = {"PATH": os.environ.get("PATH", ""), "STUB_LLM_API_KEY": "sk-secret-llm-key",
             "INFRARSI_DATABASE_URL": "postgresql://postgres@127.0.0.1/infrarsi", "INFRARSI_HOME": "/tmp/x"}
     return AgentProposer(spec, rules=rules, workdir=tmp_path / "agents", isolation=isolation,
@@ -107,3 +108,24 @@ def test_unified_diff_applies_for_added_removed_and_unterminated_files(tmp_path:
     info = check_patch(repo, diff, ["*.py"], [], 100)
     assert set(info.files) == {"a.py", "gone.py", "new.py", "tail.py"}
     assert "\\ No newline at end of file" in diff
+
+
+@pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"bubblewrap unavailable: {BWRAP_PROBLEM}")
+def test_network_is_shared_only_when_asked(rules, ctx, tmp_path: Path) -> None:
+    """network: false gives the agent a network namespace of its own (a service on the host's loopback is out of
+    reach, as for a single-node trial); network: true shares the host's network (agents reach their API)."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    try:
+        addr = f"127.0.0.1:{server.getsockname()[1]}"
+        shut = agent(rules, tmp_path, "net", "bwrap", env=["STUB_NET_ADDR"], environ={"STUB_NET_ADDR": addr})
+        assert_failed(shut.propose(ctx), "agent exited 6: no network")
+        open_ = agent(rules, tmp_path, "net", "bwrap", env=["STUB_NET_ADDR"], environ={"STUB_NET_ADDR": addr},
+                      network=True)
+        out = open_.propose(ctx)
+        assert out.ok, out.reason
+    finally:
+        server.close()

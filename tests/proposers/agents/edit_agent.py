@@ -1,8 +1,9 @@
 """A scripted coding agent for the tests: reads the prompt (a file path argument, else stdin), then acts on
 ``--mode``: ``good`` edits train.py (zero_grad set_to_none), ``frozen`` edits data.py, ``outside`` creates
-notes.txt, ``fail`` exits 1 with a message on stderr, ``hang`` sleeps (with a child sleeping too), ``leak``
-fails when a controller secret is in its environment, ``nothing`` changes nothing, ``binary`` writes bytes that are
-not UTF-8 into model.py, ``symlink`` replaces model.py with a link."""
+notes.txt, ``fail`` exits 1 with a message on stderr, ``hang`` sleeps (with a child sleeping too), ``net`` must
+reach STUB_NET_ADDR before the good edit, ``leak`` fails when a controller secret is in its environment,
+``nothing`` changes nothing, ``binary`` writes bytes that are not UTF-8 into model.py, ``symlink`` replaces
+model.py with a link."""
 
 from __future__ import annotations
 
@@ -36,6 +37,19 @@ def main() -> int:
         Path("__pycache__").mkdir(exist_ok=True)
         Path("__pycache__/train.cpython-311.pyc").write_bytes(b"\x00\x01junk")
         print("Set zero_grad(set_to_none=True) to skip a memset per update.")
+        return 0
+    if mode == "net":  # reach the address in STUB_NET_ADDR (host:port), then make the good edit
+        import socket
+
+        host, port = os.environ["STUB_NET_ADDR"].rsplit(":", 1)
+        try:
+            socket.create_connection((host, int(port)), timeout=5).close()
+        except OSError as exc:
+            print(f"no network: {exc}", file=sys.stderr)
+            return 6
+        p = Path("train.py")
+        p.write_text(p.read_text().replace("optimizer.zero_grad(set_to_none=False)",
+                                           "optimizer.zero_grad(set_to_none=True)"))
         return 0
     if mode == "frozen":
         p = Path("data.py")
