@@ -7,6 +7,8 @@
   default ``$INFRARSI_HOME/scratch``.
 - ``INFRARSI_KEY_FILE``: the controller's HMAC master key (created 0600 on first use); default
   ``$INFRARSI_HOME/signing.key``.  Training jobs never see it: each launch gets a derived per-trial key.
+- ``INFRARSI_CPU_RANKS``: run ``torchrun`` contracts with this many CPU (gloo) ranks and no GPU (a CPU smoke
+  of a multi-rank contract; ``infrarsi run --cpu-ranks N``).
 - ``INFRARSI_ISOLATION``: ``bwrap`` (default: every job runs inside a bubblewrap sandbox, and the wrapper refuses
   to start it when bubblewrap is unavailable) or ``none`` (explicit opt-out for a trusted single-user machine;
   also ``isolation: none`` in the daemon config file).  ``none`` is reported loudly: a warning line on stderr and
@@ -49,6 +51,21 @@ def isolation_mode() -> str:
         print("infrarsi: warning: isolation is off (INFRARSI_ISOLATION=none): training jobs run unsandboxed and can "
               "read this user's files; use only on a trusted single-user machine", file=sys.stderr, flush=True)
     return mode
+
+
+CPU_RANKS_ENV = "INFRARSI_CPU_RANKS"
+
+
+def cpu_ranks() -> int | None:
+    """``INFRARSI_CPU_RANKS`` (``infrarsi run --cpu-ranks N`` sets it): run ``torchrun`` contracts with N CPU
+    processes (gloo) and no GPU, a CPU smoke of a multi-rank contract; None when unset or empty.  Raises
+    InfrarsiError (one line) for anything but a whole number from 1 to 64."""
+    raw = (os.environ.get(CPU_RANKS_ENV) or "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or not 1 <= int(raw) <= 64:
+        raise InfrarsiError(f"{CPU_RANKS_ENV}: {raw!r} is not a number of ranks from 1 to 64")
+    return int(raw)
 
 
 def os_user() -> str:

@@ -22,7 +22,7 @@ from infrarsi.controller.contract.launch import render_launch
 from infrarsi.controller.campaign.sbatch_options import SbatchOptions
 from infrarsi.controller.contract.model import Contract
 from infrarsi.controller.executors.base import TrialSpec
-from infrarsi.controller.settings import isolation_mode
+from infrarsi.controller.settings import cpu_ranks, isolation_mode
 from infrarsi.verifier.signing import derive_trial_key
 
 #: set by the exec wrapper to folders inside ``scratch/cache`` (with HOME, TMPDIR, XDG_CACHE_HOME)
@@ -63,6 +63,8 @@ def build_spec(contract: Contract, scope: dict[str, Any], config: dict[str, Any]
     TMPDIR point into ``scratch/`` (set by the wrapper); isolation comes from :func:`isolation_mode`.
     ``sbatch`` (the campaign's ``infrarsi submit`` options) overrides the contract's launch section: partition,
     account, time limit, nodes, GPUs per node (``--gres``), plus its further ``#SBATCH`` options.
+    With ``INFRARSI_CPU_RANKS=N`` (:func:`cpu_ranks`, ``infrarsi run --cpu-ranks N``) a ``torchrun`` contract runs
+    N CPU processes and asks for no GPU.
     """
     plan = render_launch(contract, config, trial=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -75,6 +77,7 @@ def build_spec(contract: Contract, scope: dict[str, Any], config: dict[str, Any]
     src = out.parent / "src"
     opts = sbatch or SbatchOptions()
     launch = opts.launch(contract.launch)
+    ranks = cpu_ranks() if launch.launcher == "torchrun" else None  # a CPU smoke: N gloo ranks, no GPU
     return TrialSpec(
         trial_id=trial_key,
         workdir=workdir,
@@ -83,7 +86,7 @@ def build_spec(contract: Contract, scope: dict[str, Any], config: dict[str, Any]
         env=tuple(sorted(env.items())),
         launcher=launch.launcher,
         nodes=launch.nodes,
-        gpus_per_node=launch.gpus_per_node,
+        gpus_per_node=0 if ranks else launch.gpus_per_node,
         partition=opts.partition or partition or launch.partition,
         account=launch.account,
         time_limit_s=launch.time_limit_s,
@@ -101,6 +104,7 @@ def build_spec(contract: Contract, scope: dict[str, Any], config: dict[str, Any]
         ro_inputs=tuple(mount_points(Path(workdir), scope.get("inputs"))),
         gres=opts.gres,
         sbatch_extra=tuple(opts.directives()),
+        cpu_ranks=ranks,
     )
 
 

@@ -6,6 +6,7 @@ executor); run again, they resume the same campaign where it stopped.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -14,7 +15,7 @@ from infrarsi.controller.campaign.artifacts import report_dir, write_artifacts
 from infrarsi.controller.campaign.engine import CampaignEngine
 from infrarsi.controller.campaign.runner import create_campaign, drive, executor_factory, find_campaign
 from infrarsi.controller.errors import InfrarsiError
-from infrarsi.controller.settings import Settings
+from infrarsi.controller.settings import CPU_RANKS_ENV, Settings
 from infrarsi.controller.store import open_store
 from infrarsi.controller.store.records import CampaignRecord
 
@@ -111,13 +112,18 @@ def doctor_cmd(contract: str, campaign_id: int | None) -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--drain-after", type=float, default=None, metavar="SECONDS",
               help="Stop launching trials after SECONDS, finish the live ones and exit (resume by running again).")
+@click.option("--cpu-ranks", type=click.IntRange(1, 64), default=None, metavar="N",
+              help="CPU smoke of a torchrun contract: N gloo ranks on the CPU, no GPU (sets INFRARSI_CPU_RANKS).")
 def run_cmd(contract: str, campaign_id: int | None, executor: str, new: bool, seed: int,
-            drain_after: float | None) -> None:
+            drain_after: float | None, cpu_ranks: int | None) -> None:
     """Run the whole campaign in-process (init, doctor, search, back-to-back verification, report).
 
     Resumes this contract's unfinished campaign, or campaign N with --campaign N from any directory (its contract,
     repository and workdir are stored with it).  --drain-after stops launching and exits once the live trials are
-    in, but never between finished verification and the report."""
+    in, but never between finished verification and the report.  --cpu-ranks N runs a torchrun contract's
+    trials as N CPU processes (the script picks the gloo backend when CUDA is absent)."""
+    if cpu_ranks is not None:
+        os.environ[CPU_RANKS_ENV] = str(cpu_ranks)
     engine = _engine()
     c = drive(engine, _campaign(engine, contract, campaign_id, executor=executor, new=new, seed=seed).id,
               drain_after_s=drain_after)

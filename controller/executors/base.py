@@ -76,6 +76,8 @@ class TrialSpec:
     disk_limit_gib: float | None = 20.0
     #: ``bwrap`` (default) or ``none`` (explicit opt-out: the job runs unsandboxed)
     isolation: str = "bwrap"
+    #: torchrun only: this many CPU processes instead of one per GPU (a CPU smoke; ``INFRARSI_CPU_RANKS``)
+    cpu_ranks: int | None = None
     #: ``#SBATCH --gres`` verbatim (``infrarsi submit --gres gpu:h200:2``); None: ``gpu:<gpus_per_node>``
     gres: str | None = None
     #: further ``#SBATCH`` options of the campaign (``--qos=``, ``--constraint=``, ``--exclusive``, ``--mail-*``)
@@ -100,6 +102,9 @@ class TrialSpec:
             raise ExecutorError(f"isolation: {self.isolation!r} is not one of bwrap, none")
         if self.updates is not None and self.updates < 1:
             raise ExecutorError(f"updates: must be >= 1, got {self.updates}")
+        if self.cpu_ranks is not None and (self.cpu_ranks < 1 or self.launcher != "torchrun"):
+            raise ExecutorError(f"cpu_ranks: {self.cpu_ranks} needs the torchrun launcher and at least 1 rank "
+                                f"(launcher {self.launcher!r})")
         if self.disk_limit_gib is not None and self.disk_limit_gib <= 0:
             raise ExecutorError(f"disk_limit_gib: must be > 0, got {self.disk_limit_gib}")
 

@@ -121,12 +121,17 @@ def wrapper_argv(spec: TrialSpec, python: str, wrapper: Sequence[str] | None = N
     return cmd
 
 
+def nproc_per_node(spec: TrialSpec) -> int:
+    """torchrun's processes per node: ``cpu_ranks`` when set (a CPU smoke), else one per GPU (at least one)."""
+    return spec.cpu_ranks if spec.cpu_ranks else max(1, spec.gpus_per_node)
+
+
 def launch_argv(spec: TrialSpec, python: str) -> list[str]:
     """The job's command under the wrapper for single-node launchers."""
     if spec.launcher == "python":
         return list(spec.argv)
     if spec.launcher == "torchrun":
-        nproc = max(1, spec.gpus_per_node)
+        nproc = nproc_per_node(spec)
         return [python, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
                 f"--nproc-per-node={nproc}", *spec.argv]
     raise ExecutorError(f"launcher: {spec.launcher!r} needs Slurm (multi-node)")
@@ -151,7 +156,7 @@ def sbatch_directives(spec: TrialSpec, extra_sbatch: Sequence[str] = ()) -> list
         d.append(f"--partition={_check('partition', spec.partition, _NAME_OK)}")
     if spec.account:
         d.append(f"--account={_check('account', spec.account, _NAME_OK)}")
-    if spec.gres:
+    if spec.gres and not spec.cpu_ranks:  # a CPU smoke asks for no GPU
         d.append(f"--gres={_check('gres', spec.gres, _NAME_OK)}")
     elif spec.gpus_per_node > 0:
         d.append(f"--gres=gpu:{int(spec.gpus_per_node)}")
@@ -205,5 +210,5 @@ def render_sbatch(
         argv=list(spec.argv),
         python=python,
         nodes=spec.nodes,
-        nproc=max(1, spec.gpus_per_node),
+        nproc=nproc_per_node(spec),
     )
