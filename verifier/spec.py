@@ -29,7 +29,9 @@ class JudgeSpec:
     keys that must equal the reference's.  ``equivalent_data_order``: the contract
     declares a permuted data order equivalent, so ``same_data`` compares the multiset of
     per-update digests and L4 uses the window mean (the order is not verified).
-    ``promotion_margin`` (or ``exp(2*sigma_pair)-1``) is used when re-run times are given.
+    ``promotion_margin`` is used when re-run times are given; without it the margin comes from ``sigma_pair``
+    through the campaign's own bound (:mod:`infrarsi.verifier.speed`): its 90% upper confidence bound for
+    ``sigma_dof`` degrees of freedom (when given), floored at ``MIN_SIGMA_PAIR``, then exp(2 * bound) - 1.
     """
 
     updates: int
@@ -45,6 +47,7 @@ class JudgeSpec:
     static_invariants: tuple[str, ...] = ()
     equivalent_data_order: bool = False
     sigma_pair: float | None = None
+    sigma_dof: int | None = None
     promotion_margin: float | None = None
     check_eval: bool = False
     check_resume: bool = False
@@ -59,13 +62,20 @@ class JudgeSpec:
 
     @property
     def margin(self) -> float | None:
-        """The promotion margin: explicit, or ``exp(2*sigma_pair)-1``, or None."""
-        import math
+        """The promotion margin: explicit, or from ``sigma_pair`` as the campaign gate computes it, or None.
+
+        A point estimate of sigma_pair from a few runs understates the noise (two reference runs gave 0.09% where
+        re-runs moved by 1%), so the margin uses the upper confidence bound for ``sigma_dof`` and the documented
+        floor, exactly like :func:`infrarsi.verifier.speed.pool_noise`."""
+        from infrarsi.verifier import speed
 
         if self.promotion_margin is not None:
             return self.promotion_margin
         if self.sigma_pair is not None:
-            return math.exp(2 * self.sigma_pair) - 1
+            sigma = float(self.sigma_pair)
+            if self.sigma_dof:
+                sigma = speed.sigma_ucb(sigma, int(self.sigma_dof))
+            return speed.margin_of(max(sigma, speed.MIN_SIGMA_PAIR))
         return None
 
     @classmethod

@@ -113,3 +113,17 @@ def test_garbage_values_from_a_misbehaving_job_never_crash_the_judge(make, spec,
         d["footer"]["completed"] = value
     v = judge(make(garble), [make()], spec)
     assert not v.accepted and len(v.items) == len(INVARIANTS) == 18
+
+
+def test_margin_from_sigma_pair_uses_the_campaign_bound() -> None:
+    """`infrarsi verify` with only sigma_pair must not promote on noise: the same UCB and floor as the campaign."""
+    import math
+
+    from infrarsi.verifier import speed
+
+    tiny = JudgeSpec(updates=12, window=(4, 12), sigma_pair=0.0009)  # an H200 point estimate from two runs
+    assert tiny.margin == pytest.approx(math.expm1(2 * speed.MIN_SIGMA_PAIR))  # floored, not 0.18%
+    two_runs = JudgeSpec(updates=12, window=(4, 12), sigma_pair=0.0024, sigma_dof=1)
+    assert two_runs.margin == pytest.approx(math.expm1(2 * speed.sigma_ucb(0.0024, 1)))
+    assert two_runs.margin > 0.01  # one degree of freedom says little: the bound is ~6x the estimate
+    assert JudgeSpec(updates=12, window=(4, 12), sigma_pair=0.001, promotion_margin=0.002).margin == 0.002
