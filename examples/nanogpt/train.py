@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     if rx is not None:
         rx.header(model_digest=model_digest(model), params=param_count(model), precision=precision, world_size=1,
                   tokens_per_update=tokens_per_update, seq_len=seq_len, versions=software_versions(),
-                  extra={"global_batch": global_batch, "flops_per_token": fpt, "size": args.size})
+                  extra={"global_batch": global_batch, "flops_per_token": fpt, "size": args.size,
+                         "model_family": "nanogpt"})
     n_params = sum(p.numel() for p in model.parameters())
     print(f"size={args.size} params={n_params} flops_per_token={fpt} device={device} micro_batch={args.micro_batch} "
           f"grad_accum={grad_accum} dtype={args.dtype} attention={args.attention} compile={args.compile} "
