@@ -44,8 +44,9 @@ def check(files: tuple[str, ...], as_json: bool) -> None:
             for w in check_warnings(f):
                 click.echo(w, err=True)
             free = len([k for k in c.knobs if k.name not in c.derived_knobs])
+            cap = "none" if c.memory_cap_gib is None else f"{c.memory_cap_gib:g} GiB"
             click.echo(f"{f}: ok ({c.name}: {len(c.knobs)} knobs, {free} searched, "
-                       f"{c.workload.tokens_per_update} tokens per update)")
+                       f"{c.workload.tokens_per_update} tokens per update, memory cap {cap})")
     if as_json:
         click.echo(json.dumps(report, indent=2))
     if bad:

@@ -110,6 +110,10 @@ def test_memory_cap_none_means_no_cap(tmp_path: Path, cap: str) -> None:
     c80 = load_contract(write(tmp_path, BASE))
     assert c80.memory_cap_gib == 80.0 and c80.search_capacity_gib == 80.0
     assert "memory_cap_gib" in problems(tmp_path, BASE + "memory_cap_gib: nothing\n")[0]
+    path = write(tmp_path, BASE + f"memory_cap_gib: {cap}\n", "nocap.yaml")
+    proc = subprocess.run([sys.executable, "-m", "infrarsi.controller.cli.main", "contract", "check", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and "memory cap none)" in proc.stdout
 
 
 def test_no_cap_reaches_the_search_as_practically_infinite(tmp_path: Path) -> None:
