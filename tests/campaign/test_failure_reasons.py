@@ -32,12 +32,15 @@ T0 = 1_800_000_000.0
 SPEC = JudgeSpec(updates=N, window=WINDOW, tokens_per_update=256, seq_len=16, memory_cap_gib=40.0,
                  precision_menu=("fp32",), frozen_manifest={"f.py": "aa"}, static_invariants=())
 
-#: PyTorch's allocator message under torch.cuda.set_per_process_memory_fraction (a 40 GiB cap on a 140 GiB GPU)
-CAPPED_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB. GPU 0 has a total capacity "
-              "of 139.81 GiB of which 99.51 GiB is free. Including non-PyTorch memory, this process has 40.28 GiB "
-              "memory in use. 40.00 GiB allowed; Of the allocated memory 39.50 GiB is allocated by PyTorch, and "
-              "256.00 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try "
-              "setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
+#: PyTorch 2.11's allocator message under torch.cuda.set_per_process_memory_fraction (a 2 GiB cap on an H200 with
+#: 137.79 GiB free), recorded on the device: 1.5 GiB held, 1 GiB requested
+CAPPED_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1024.00 MiB. GPU 0 has a total capacity "
+              "of 139.80 GiB of which 137.79 GiB is free. Including non-PyTorch memory, this process has 2.01 GiB "
+              "memory in use. 2.00 GiB allowed; Of the allocated memory 1.50 GiB is allocated by PyTorch, and 0 bytes "
+              "is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+              "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory "
+              "Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-"
+              "cuda-alloc-conf)")
 #: the same without a per-process cap (the contract's memory_cap_gib is the cap)
 UNCAPPED_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
                 "of 79.19 GiB of which 1.10 GiB is free. Including non-PyTorch memory, this process has 78.00 GiB "
@@ -142,13 +145,13 @@ def test_no_receipt_still_names_the_exception_and_the_log(tmp_path: Path) -> Non
 def test_oom_shortfall_is_against_the_process_cap_not_the_gpus_free_memory(tmp_path: Path) -> None:
     t = _trial(tmp_path, "e" * 32)
     _receipt(t, 1, [{"kind": "oom", "line": CAPPED_OOM[:500], "t": 1.0}],
-             oom={"requested_gib": 0.5, "free_gib": 99.51})
+             oom={"requested_gib": 1.0, "free_gib": 137.79})
     (Path(t.outdir) / "job.log").write_text(f"step 1\nTraceback (most recent call last):\n  File \"x\"\n{CAPPED_OOM}\n")
     ing = _ingest(t, exec_outcome="oom", capacity=80.0)
     assert ing.outcome == "oom" and ing.censor_kind == "oom"
-    # held 39.50 + 0.25 GiB, requested 0.5 GiB, cap 40 GiB allowed: short by 0.25 GiB (not 0.5 - 99.51 -> 0.0)
-    assert ing.oom_shortfall_gib == pytest.approx(0.25, abs=1e-6)
-    assert "process's own cap of 40.00 GiB" in ing.reason and "short by 0.25 GiB" in ing.reason
+    # held 1.50 GiB, requested 1 GiB, 2 GiB allowed: short by 0.5 GiB (not 1 - 137.79 -> 0.0)
+    assert ing.oom_shortfall_gib == pytest.approx(0.5, abs=1e-6)
+    assert "process's own cap of 2.00 GiB" in ing.reason and "short by 0.50 GiB" in ing.reason
     assert "{" not in ing.reason and ing.reason.endswith(f"(log: {t.outdir}/job.log)")
     assert ing.details["oom"]["cap_source"] == "the process's own cap"
 
