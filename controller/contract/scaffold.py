@@ -88,6 +88,19 @@ def role_of(name: str) -> str | None:
     return mech if mech in KNOB_MECHANISMS else None
 
 
+def role_of_setting(s: Setting) -> str | None:
+    """:func:`role_of` the name, else the role its declared choices reveal (``--optimizer`` with choices
+    loop/foreach/fused is the fused optimizer; naive/sdpa/flash an attention implementation)."""
+    role = role_of(s.name)
+    if role is not None or not s.choices:
+        return role
+    choices = {str(c) for c in s.choices}
+    for mech, families in _FAMILIES.items():
+        if mech != "mixed_precision" and any(len(choices & set(f)) >= 2 for f in families):
+            return mech
+    return None
+
+
 def _apply_for(s: Setting) -> tuple[dict[str, str], str | dict[str, str] | None, list[str]]:
     """The apply block, render and TODOs that pass this setting's values the way its parser reads them."""
     todo: list[str] = []
@@ -130,7 +143,8 @@ def _ladder(role: str, s: Setting) -> tuple[list[Any], list[str]]:
     if isinstance(s.value, str):
         for family in _FAMILIES.get(role, ()):
             if s.value in family:
-                return [s.value] + [v for v in family if v != s.value], []
+                return [s.value] + [v for v in family if v != s.value], [
+                    f"values guessed from the usual spellings: remove those {s.flag} does not accept"]
     return [s.value], [f"only the current value is listed: add the other values {s.flag} accepts"]
 
 
@@ -270,7 +284,7 @@ def scaffold(argv: list[str], cwd: Path | None = None, repo: Path | None = None,
 
     by_role: dict[str, Setting] = {}
     for s in sorted(ss.settings.values(), key=lambda s: not s.given):  # a setting the command sets comes first
-        role = role_of(s.name)
+        role = role_of_setting(s)
         if role is not None and role not in by_role:
             by_role[role] = s
 

@@ -164,3 +164,25 @@ def test_bad_commands_are_one_line_errors(tmp_path: Path) -> None:
                                         ("allow_tf32", "tf32"), ("learning_rate", None), ("seed", None)])
 def test_role_names(name: str, role: str | None) -> None:
     assert role_of(name) == role
+
+
+def test_onboarding_scripts_when_present(tmp_path: Path) -> None:
+    """Helper scripts of tests/onboarding (written independently) scaffold to contracts that pass check."""
+    scripts = ROOT / "tests" / "onboarding" / "scripts"
+    dirs = sorted(p for p in scripts.iterdir() if (p / "train.py").is_file()) if scripts.is_dir() else []
+    if not dirs:
+        pytest.skip("tests/onboarding/scripts is not there")
+    for src in dirs:
+        repo = _copy(src, tmp_path)
+        path = _write(repo, ["python", "train.py"], gpus=0)
+        assert check_contract(path)[1] == [], src.name
+        mech = set(_mechanisms(path).values())
+        assert {"micro_batch", "grad_accum"} <= mech, (src.name, mech)
+
+
+def test_choices_reveal_the_mechanism(tmp_path: Path) -> None:
+    (tmp_path / "t.py").write_text("import argparse\np = argparse.ArgumentParser()\n"
+                                   "p.add_argument('--optimizer', choices=['loop', 'foreach', 'fused'], default='loop')\n"
+                                   "p.add_argument('--kernel', choices=['naive', 'flash'], default='naive')\n")
+    path = _write(tmp_path, ["python", "t.py"])
+    assert _mechanisms(path) == {"optimizer": "optimizer_fusion", "kernel": "attention_kernel"}
