@@ -10,7 +10,9 @@ one-line ``reason``.  Patches in a successful outcome have passed :func:`validat
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,13 +140,19 @@ class PatchRules:
 def validate_patches(patches: list[PatchProposal], rules: PatchRules, label: str
                      ) -> tuple[list[PatchProposal], list[tuple[str, str]]]:
     """Split ``patches`` into those that pass ``patches.intake.check_patch`` under ``rules`` and (label, reason)
-    for those that do not.  ``label`` names the proposer in messages; a patch without a name is ``label-N``."""
+    for those that do not (a repeated diff is refused too).  ``label`` names the proposer in messages; a patch
+    without a name is ``label-N``."""
     from infrarsi.controller.patches.intake import check_patch
 
     good: list[PatchProposal] = []
     bad: list[tuple[str, str]] = []
+    seen: dict[str, str] = {}
     for i, p in enumerate(patches, 1):
         name = p.name or f"{label}-{i}"
+        if p.diff in seen:
+            bad.append((name, f"patch {name}: the same diff as {seen[p.diff]}"))
+            continue
+        seen[p.diff] = name
         try:
             check_patch(rules.repo, p.diff, list(rules.editable), list(rules.frozen), rules.max_changed_lines,
                         name=name)
@@ -203,6 +211,26 @@ class Proposer(ABC):
     model: str = "-"
     #: requests this proposer may have in flight at once
     max_concurrent: int = 1
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Guard every concrete ``propose``: an exception escaping it (a bug, an unexpected OS error) becomes a
+        failed outcome ``internal error in proposer: Type: message`` instead of reaching the campaign."""
+        super().__init_subclass__(**kwargs)
+        fn = cls.__dict__.get("propose")
+        if fn is None or getattr(fn, "__isabstractmethod__", False) or getattr(fn, "_guarded", False):
+            return
+
+        @functools.wraps(fn)
+        def guarded(self: "Proposer", ctx: PromptContext) -> ProposerOutcome:
+            t0 = time.monotonic()
+            try:
+                return fn(self, ctx)
+            except Exception as exc:  # noqa: BLE001 - the contract: never raise
+                return self.failed(f"internal error in proposer: {type(exc).__name__}: {one_line(exc, 300)}",
+                                   wall_s=time.monotonic() - t0)
+
+        guarded._guarded = True  # type: ignore[attr-defined]
+        cls.propose = guarded  # type: ignore[method-assign]
 
     @abstractmethod
     def propose(self, ctx: PromptContext) -> ProposerOutcome:

@@ -88,3 +88,26 @@ def test_build_proposers_follows_the_spec(contract, tmp_path: Path) -> None:
     assert [(p.name, p.kind) for p in ps] == [("folder", "folder"), ("catalog", "catalog"), ("gpt", "llm"),
                                               ("claude", "agent")]
     assert ps[2].model == "m" and ps[3].model == "claude" and ps[3].max_concurrent == 2
+
+
+def test_a_proposer_bug_is_a_failed_outcome(ctx) -> None:
+    from infrarsi.controller.proposers.base import Proposer, ProposerOutcome
+
+    class Broken(Proposer):
+        name, kind = "broken", "llm"
+
+        def propose(self, ctx: PromptContext) -> ProposerOutcome:
+            raise OSError("disk on fire\nsecond line")
+
+    out = Broken().propose(ctx)
+    assert not out.ok and out.reason == "internal error in proposer: OSError: disk on fire"
+    assert out.proposer == "broken" and out.proposal is None
+
+
+def test_repeated_diffs_are_refused(rules) -> None:
+    from infrarsi.controller.proposers.base import validate_patches
+    from infrarsi.controller.proposers.schema import PatchProposal
+
+    d = (EXAMPLE / "patches" / "fused_qkv.diff").read_text()
+    good, bad = validate_patches([PatchProposal(diff=d), PatchProposal(diff=d)], rules, "gpt")
+    assert len(good) == 1 and bad == [("gpt-2", "patch gpt-2: the same diff as gpt-1")]
