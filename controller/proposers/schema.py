@@ -147,7 +147,8 @@ def value_text(value: Any) -> str:
 
 def match_value(values: list[Any], text: str) -> Any:
     """The contract value in ``values`` whose string form is ``text`` (case-insensitive for booleans and strings,
-    numerically for numbers); ``None`` when none matches."""
+    numerically for numbers; ``true``/``on``/``yes`` and ``false``/``off``/``no`` name 1 and 0 of a knob whose
+    values are 0 and 1); ``None`` when none matches."""
     t = text.strip()
     for v in values:
         if value_text(v) == t:
@@ -162,4 +163,10 @@ def match_value(values: list[Any], text: str) -> Any:
                     return v
             except ValueError:
                 pass
+    # an on/off knob spelled 0/1 (``--compile=1``): a model may write true/false, on/off
+    word = {"true": 1, "on": 1, "yes": 1, "false": 0, "off": 0, "no": 0}.get(t.lower())
+    if word is not None:
+        numbers = [v for v in values if not isinstance(v, (bool, str))]
+        if numbers and {float(v) for v in numbers} <= {0.0, 1.0}:
+            return next((v for v in numbers if float(v) == word), None)
     return None

@@ -57,6 +57,8 @@ def test_match_value_finds_contract_values() -> None:
     assert match_value([True, False], "true") is True and match_value([True, False], "False") is False
     assert match_value([1, 2, 4], "4") == 4 and match_value([1, 2, 4], "4.0") == 4
     assert match_value(["naive", "sdpa"], "SDPA") == "sdpa" and match_value(["naive"], "flash") is None
+    assert match_value([0, 1], "true") == 1 and match_value([1, 0], "off") == 0
+    assert match_value([1, 2, 4], "true") is None and match_value([0, 1], "maybe") is None
 
 
 def test_spec_entries_and_defaults() -> None:
