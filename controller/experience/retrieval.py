@@ -56,7 +56,7 @@ REF_STATE_WEIGHT = 0.25
 #: the distance term for a parameter count or sequence length unknown on either side
 UNKNOWN_TERM = 1.0
 #: prior SD (log-speedup) a record gains per unit of distance when read as a measurement of the target's effect
-TAU_DISTANCE = 0.08
+TAU_DISTANCE = 0.04
 #: extra prior SD of a partial-scope record (it may not transfer at all)
 TAU_PARTIAL = 0.20
 #: extra prior SD of a legacy (pre-protocol) record

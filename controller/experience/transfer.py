@@ -138,21 +138,6 @@ def campaign_records(land: Landscape, camp: SimulatedCampaign, label: str) -> tu
                          knob=name, raw_value=str(db[name]),
                          mem_delta_gib=(mb - ma) if mb is not None and ma is not None else None, env=env)
             effects.setdefault(eff.key, eff)
-    coefs = camp.result.summary.get("coefficients") or {}
-    for k in knobs:
-        if not k.mechanism:
-            continue
-        for v in k.values:
-            got = coefs.get(settings_key((k.name, v)))
-            if v == k.reference or got is None:
-                continue
-            mean, sd = float(got[0]), float(got[1])
-            if abs(mean) < gate or abs(mean) < 2.0 * sd:
-                continue  # noise-gated: the pooled estimate must clear the gate and two posterior SDs
-            eff = Effect(environment=digest, mechanism=k.mechanism, value=k.canonical_of(v), klass=k.klass,
-                         log_speedup=mean, noise_floor=max(sigma, sd), conditioning={}, tier="verified-search",
-                         campaign=label, trial="model", knob=k.name, raw_value=str(v), env=env)
-            effects.setdefault(eff.key, eff)
     promo = camp.result.promotion
     if promo.candidate is not None and promo.speedup > 1.0:
         sets = [s for s in promo.candidate.settings(space) if s[0] != PATCH]
