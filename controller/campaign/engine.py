@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from infrarsi.controller.campaign.budget import BudgetView, budget_view
 from infrarsi.controller.campaign import proposing, searchglue
 from infrarsi.controller.campaign.ingest import build_ingest
 from infrarsi.controller.campaign.inputs import lock_scope_inputs
@@ -274,9 +275,12 @@ class CampaignEngine:
             slots = min(slots, free)
         return max(0, slots)
 
-    def _spent_gpu_hours(self, c: CampaignRecord) -> float:
-        """Device-hours spent: GPU-hours, plus CPU-hours for CPU trials (the budget binds either kind)."""
-        return sum(r["gpu_hours"] + r.get("cpu_hours", 0.0) for r in self.store.cost_by_stage(c.id))
+    def budget(self, c: CampaignRecord, in_flight: int = 0) -> BudgetView:
+        """The device-hour budget as it stands (:mod:`infrarsi.controller.campaign.budget`)."""
+        v = self.contract(c).verification
+        runs = v.promotion_candidates * v.rerun_pairs * 2
+        done = len(self.store.list_trials(c.id, stages=["promotion"]))
+        return budget_view(c.budget_gpu_hours, self.store.cost_by_stage(c.id), in_flight, runs, done)
 
     # ------------------------------------------------------------------ states
     def _state_init(self, c: CampaignRecord) -> None:
@@ -358,9 +362,10 @@ class CampaignEngine:
     def _state_run(self, c: CampaignRecord) -> None:
         trials = self.store.list_trials(c.id, stages=["search"])
         live = [t for t in trials if t.live]
-        out_of_budget = len(trials) >= c.budget_trials or self._spent_gpu_hours(c) >= c.budget_gpu_hours
+        money = self.budget(c, in_flight=len(live))  # promotion reserved, in-flight trials at expected cost
+        out_of_budget = len(trials) >= c.budget_trials or money.search_slots() == 0
         if not out_of_budget:
-            slots = min(self._slots(c, c.budget_trials), c.budget_trials - len(trials))
+            slots = min(self._slots(c, c.budget_trials), c.budget_trials - len(trials), money.search_slots())
             proposers = proposing.runner_of(self)  # patches asked of llm/agent proposers (campaign/proposing.py)
             if proposers.step(c, lambda: self.controller(c), live):
                 c = self.store.get_campaign(c.id)  # answers recorded: their patches are in the scope now
@@ -374,8 +379,11 @@ class CampaignEngine:
                     return
                 out_of_budget = not live and not proposers.busy(c.id)
         if not live and out_of_budget:
-            self.store.update_campaign(c.id, state="verify")
-            self.progress(f"[{c.id}] search done after {len(trials)} trials; verifying back to back")
+            money = self.budget(c)
+            self.store.update_campaign(c.id, state="verify",
+                                       result={**(c.result or {}), "budget_at_search_stop": money.to_dict()})
+            self.progress(f"[{c.id}] search done after {len(trials)} trials ({money.describe()}); "
+                          f"verifying back to back")
 
     def _promotion_plan(self, c: CampaignRecord) -> list[dict[str, Any]]:
         result = c.result or {}
