@@ -180,6 +180,7 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
                       "phases": doctor.get("phases") or {}, "peak_mem_gib": doctor.get("reference_peak_mem_gib"),
                       "reference_window_means": doctor.get("reference_window_means") or []},
         "promoted": promoted,
+        "experience": doctor.get("experience_coverage") or {},
         "mfu": mfu,
         "mfu_omitted": None if on_gpu else "CPU trials: there is no GPU peak to measure MFU against",
         "trials": trials_json,

@@ -80,11 +80,18 @@ def render_report(result: dict[str, Any]) -> str:
     if not isinstance(result, dict):
         raise TypeError(f"result must be a dict, got {type(result).__name__}")
     parts = [
-        _title(result), _result(result), _mfu(result), _noise(result), _promoted(result), _verdicts(result),
+        _title(result), _result(result), _mfu(result), _noise(result) + _experience(result), _promoted(result), _verdicts(result),
         cost_section(result), proposers_section(result), memory_section(result), refused_section(result), trials_section(result),
         promotion_section(result), plot_section(PLOT_NAME),
     ]
     return "\n\n".join(p.rstrip() for p in parts) + "\n"
+
+
+def _experience(r: dict[str, Any]) -> str:
+    from infrarsi.controller.report.sections import experience_section
+
+    text_ = experience_section(r)
+    return "\n\n" + text_ if text_ else ""
 
 
 # ------------------------------------------------------------------ headline

@@ -270,3 +270,21 @@ def plot_section(plot_name: str) -> str:
             "dot = completed and accepted, triangle = OOM, x = crash/timeout, red square = rejected by the "
             "verifier (labelled with its first failed layer); grey = reference runs, purple = promotion re-runs. "
             "Dashed lines: 1.0x and the delivered speedup.")
+
+
+def experience_section(r: dict[str, Any]) -> str:
+    """The doctor's experience-bank coverage (``result["experience"]``): one grade per searched knob (covered,
+    partial, null, unobserved; controller/experience/retrieval.py) and the source campaigns; empty when absent."""
+    cov = _d(r.get("experience"))
+    grades = _d(cov.get("grades"))
+    if not grades:
+        return ""
+    counts = Counter(str(g) for g in grades.values())
+    head = ", ".join(f"{counts[g]} {g}" for g in ("covered", "partial", "null", "unobserved") if counts[g])
+    lines = ["### Experience bank", "",
+             f"Coverage of the {len(grades)} searched knobs at doctor time: {head}"
+             + (f" (from {', '.join(str(x) for x in _l(cov.get('sources')))})" if _l(cov.get("sources")) else "")
+             + ".", "", "| Knob | Coverage |", "|---|---|"]
+    lines += [f"| {k} | {g} |" for k, g in sorted(grades.items())]
+    return "\n".join(lines)
+
