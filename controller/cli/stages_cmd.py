@@ -99,6 +99,8 @@ def doctor_cmd(contract: str, campaign_id: int | None) -> None:
     cov = d.get("experience_coverage") or {}
     click.echo(f"  experience bank: {len(cov.get('knobs', []))}/{cov.get('of', 0)} searched knobs have verified "
                f"records ({', '.join(cov.get('knobs', [])) or 'none'})")
+    for knob, grade in sorted((cov.get("grades") or {}).items()):  # covered | partial | null | unobserved
+        click.echo(f"    {knob:<24} {grade}")
     total = sum(d.get("phases", {}).values()) or 1.0
     for k, v in sorted(d.get("phases", {}).items(), key=lambda kv: -kv[1]):
         click.echo(f"  {k:<10} {v * 1000:8.2f} ms  {v / total * 100:5.1f}%")
