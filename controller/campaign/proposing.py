@@ -300,7 +300,8 @@ class ProposerRunner:
             prior_input = max(-CLAIM_CAP, min(CLAIM_CAP, claimed))
             prov = {"proposer": o.proposer, "kind": o.kind, "model": o.model, "prompt_digest": o.prompt_digest,
                     "rationale": pp.rationale, "claimed_gain": claimed, "prior_input": prior_input,
-                    "prior_mean": 0.5 * prior_input, "round": rnd, "request": req.kind}
+                    "prior_mean": 0.5 * prior_input, "round": rnd, "request": req.kind,
+                    "replaces": list(req.stack)}
             digest = hashlib.sha256(pp.diff.encode()).hexdigest()
             provenance[name] = prov
             try:

@@ -111,6 +111,10 @@ def rebuild_controller(contract: Contract, scope: dict[str, Any], doctor: dict[s
     tuning: dict[str, Any] = {}
     if patch_priors(scope):
         tuning["patch_priors"] = patch_priors(scope)
+    replaces = {n: list(p["replaces"]) for n, p in (scope.get("patch_provenance") or {}).items()
+                if p.get("replaces") and n in (scope.get("patches") or {})}
+    if replaces:
+        tuning["patch_replaces"] = replaces
     if doctor.get("reference_peak_mem_gib") is not None:
         tuning["reference_peak_mem_gib"] = float(doctor["reference_peak_mem_gib"])
     ctrl = SearchController(space, noise_from_doctor(doctor), float(doctor["t0"]), contract.search_capacity_gib,

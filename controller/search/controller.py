@@ -54,6 +54,7 @@ DEFAULT_TUNING: dict[str, Any] = {
     "reference_peak_mem_gib": None,
     "known_conflicts": (),       # tuples of (knob, value) settings known to conflict
     "patch_priors": None,        # {patch: predicted log-gain} (shrunk by patch_kappa)
+    "patch_replaces": None,      # {patch: [patches]}: a completion of those patches, tried in their place
     "prior_revision": True,      # empirical prior revision after repeated failures / a confident failure
     "believe_followers": 3,      # busy neighbours after which a pending candidate stops standing in as incumbent
 }

@@ -366,6 +366,10 @@ def _patch_ops(ctrl: "SearchController", upside_low: bool,
     inc = ctrl.incumbent
     small = [p for p in sorted(led.verified_patches - inc.patches) if p not in led.banned_patches
              and coef[ctrl.fmap.index[(PATCH, p)]] > 0]
+    replaces = ctrl.tune["patch_replaces"] or {}
+    if replaces:  # never stack a patch with the completion that already combines it
+        covered = {r for p in inc.patches | set(small) for r in replaces.get(p, ())}
+        small = [p for p in small if p not in covered]
     # two or more verified gains stack even below the gate: patches tried side by side (batch or
     # asynchronous slots) were each measured on the same incumbent and never met on top of each other
     if len(small) >= 2 or (small and sum(coef[ctrl.fmap.index[(PATCH, p)]] for p in small) >= ctrl.gate):
@@ -379,7 +383,8 @@ def _patch_ops(ctrl: "SearchController", upside_low: bool,
     untested = [p for p in ctrl.space.patches if p not in tried and p not in led.banned_patches]
     prior = ctrl.tune["patch_priors"] or {}
     for p in sorted(untested, key=lambda p: (-float(prior.get(p, 0.0)), p))[: None if upside_low else 1]:
-        yield "patch", Candidate(inc.config, inc.patches | {p})
+        # a completion of a stack (proposer "complete" request) is tried in place of the patches it combines
+        yield "patch", Candidate(inc.config, (inc.patches - set(replaces.get(p, ()))) | {p})
 
 
 def config_upside(ctrl: "SearchController") -> float:

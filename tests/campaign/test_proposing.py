@@ -200,3 +200,41 @@ def test_never_more_requests_in_flight_than_configured(tmp_path: Path) -> None:
         assert c.state != "failed", c.error
         assert seen <= 1 and llm.max_active <= 1
         assert llm.requests >= 3  # priors from both at doctor, and at least one patch request
+
+
+def test_verified_patches_that_conflict_when_stacked_are_sent_back_for_completion(tmp_path: Path) -> None:
+    # two patches edit the same line: each is faster on its own (the job reads its source), their stack does not
+    # apply; the search then asks for a ``complete`` request showing both verified diffs, and runs the answer
+    from infrarsi.controller.executors.inprocess import knob, scripted_receipt
+    from tests.campaign.engine_world import BASE_STEP_S
+
+    def step(run) -> float:  # type: ignore[no-untyped-def]
+        src = (Path(run.spec.workdir) / "train.py").read_text()
+        factor = 0.8 ** sum(tag in src for tag in ("fast-a", "fast-b"))
+        return BASE_STEP_S / int(knob(run, "speed") or 1) * factor
+
+    world, llm = _patch_world(tmp_path, [proposal()], trials=16)
+    a, b = _good_patch(world.repo, "fast-a"), _good_patch(world.repo, "fast-b")
+    both = _good_patch(world.repo, "fast-a fast-b")
+
+    def answer(prompt: str) -> str:
+        if "Each verified patch below passed" in prompt:
+            return proposal(patches=[{"diff": both, "rationale": "both edits in one", "claimed_gain": 0.4}])
+        return proposal(patches=[{"diff": a, "rationale": "a", "claimed_gain": 0.2},
+                                 {"diff": b, "rationale": "b", "claimed_gain": 0.2}])
+
+    llm.answers = [proposal(), answer]
+    with llm:
+        engine = world.engine(world.executor(scripted_receipt(step_time_s=step)))
+        cid = world.campaign(engine).id
+        c = run_until(engine, cid, lambda c: c.state not in ("init", "doctor", "run"), max_ticks=600)
+        assert c.state != "failed", c.error
+        assert any("Each verified patch below passed" in p for p in llm.prompts), "\n".join(world.log)
+    rounds = c.scope["proposal_rounds"]
+    complete = [r for r in rounds if r["kind"] == "complete"]
+    assert complete and len(complete[0]["stack"]) == 2 and complete[0]["patches"], rounds
+    trials = engine.store.list_trials(cid, stages=["search"])
+    assert any(t.outcome == "crash" and "patch conflict" in (t.reason or "") for t in trials)
+    # the completion is tried in place of the two patches it combines (not stacked on them) and verified
+    done = [t for t in trials if complete[0]["patches"][0] in t.patches]
+    assert done and all(t.outcome == "ok" and len(t.patches) == 1 for t in done), done
