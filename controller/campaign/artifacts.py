@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from infrarsi.controller.campaign.budget import concurrency
 from infrarsi.controller.contract.checks import complete_config
 from infrarsi.controller.contract.launch import render_launch
 from infrarsi.controller.contract.model import Contract
@@ -190,7 +191,9 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
                  "rejected_gpu_hours": rejected_h, "budget_gpu_hours": c.budget_gpu_hours, **cpu,
                  "unit": "GPU" if on_gpu else "CPU",
                  "share_of_budget": (total + cpu["total_cpu_hours"]) / c.budget_gpu_hours
-                 if c.budget_gpu_hours else None},
+                 if c.budget_gpu_hours else None,
+                 "at_search_stop": res.get("budget_at_search_stop")},
+        "concurrency": concurrency([(t.start_time, t.end_time) for t in store.list_trials(c.id, stages=["search"])]),
         "proposers": _proposers(engine, c),
         "memory_table": memory_table,
         "search": search,

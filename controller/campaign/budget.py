@@ -89,3 +89,26 @@ def budget_view(budget: float, cost_rows: Iterable[Mapping[str, Any]], in_flight
     reserve = sum(ref if i % 2 == 0 else search for i in left)
     return BudgetView(budget=float(budget), spent=sum(spent.values()), spent_by_stage=spent,
                       per_search_trial=search, per_reference_run=ref, in_flight=int(in_flight), reserve=reserve)
+
+
+def concurrency(intervals: Iterable[tuple[float | None, float | None]]) -> dict[str, Any]:
+    """How many trials ran at once: ``peak`` and the time-weighted ``mean`` over the span in which at least one
+    ran, from (start, end) unix times (trials without both are skipped).  For REPORT.md (issue 15, item 5)."""
+    events: list[tuple[float, int]] = []
+    for s, e in intervals:
+        if s is not None and e is not None and e > s:
+            events += [(float(s), 1), (float(e), -1)]
+    if not events:
+        return {"peak": 0, "mean": None, "trials": 0}
+    events.sort(key=lambda x: (x[0], x[1]))  # an end before a start at the same instant
+    running = peak = 0
+    busy = weighted = 0.0
+    last = events[0][0]
+    for t, d in events:
+        if running:
+            busy += t - last
+            weighted += running * (t - last)
+        running += d
+        peak = max(peak, running)
+        last = t
+    return {"peak": peak, "mean": weighted / busy if busy else None, "trials": len(events) // 2}

@@ -63,6 +63,18 @@ def cost_section(r: dict[str, Any]) -> str:
     srows = [[text(s.get("stage")), text(s.get("failure_class") or "none"), text(s.get("entries")),
               gpuh(s.get(f"{key}_hours")), share(num(s.get(f"{key}_hours"))), text(s.get("llm_tokens"))]
              for s in stages]
+    stop = _d(c.get("at_search_stop"))
+    if stop:
+        out += (f"\n\nThe search stopped when one more trial would not fit: {gpuh(stop.get('spent'))} spent, "
+                f"{text(stop.get('in_flight'))} in flight at ~{gpuh(stop.get('per_search_trial'))} each, "
+                f"{gpuh(stop.get('reserve'))} reserved for the back-to-back promotion re-runs "
+                f"(committed {gpuh(stop.get('committed'))} of {gpuh(stop.get('budget'))}), unless the trial budget "
+                f"ran out first.")
+    conc = _d(r.get("concurrency"))
+    if num(conc.get("peak")):
+        mean = num(conc.get("mean"))
+        out += (f"\n\nConcurrency: up to {text(conc.get('peak'))} search trials ran at once"
+                + (f" (time-weighted mean {mean:.2f})." if mean is not None else "."))
     out += "\n\nBy stage and failure class:\n\n" + table(
         ["Stage", "Failure class", "Entries", f"{unit}-h", "Share", "LLM tokens"], srows, right=(2, 3, 4, 5))
     return out

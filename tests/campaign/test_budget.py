@@ -88,3 +88,24 @@ def test_spend_stays_within_one_trial_of_the_budget(world: World) -> None:
     end = eng.budget(c)
     assert 1 <= len(eng.store.list_trials(c.id, stages=["search"])) <= 4
     assert end.spent <= budget + max(end.per_search_trial, end.per_reference_run)
+
+
+def test_concurrency_peak_and_mean() -> None:
+    from infrarsi.controller.campaign.budget import concurrency
+
+    # two trials overlap for 5 of the 15 busy seconds; a trial without an end and a touching pair are handled
+    c = concurrency([(0, 10), (5, 15), (None, 3), (15, 15)])
+    assert c["peak"] == 2 and c["trials"] == 2 and c["mean"] == pytest.approx(20 / 15)
+    assert concurrency([(0, 5), (5, 10)])["peak"] == 1  # back to back is not concurrent
+    assert concurrency([]) == {"peak": 0, "mean": None, "trials": 0}
+
+
+def test_report_says_how_the_budget_was_spent_and_the_concurrency(world: World) -> None:
+    eng = world.engine(world.executor(slots=4))
+    c = _to_run(world, eng)
+    v = eng.budget(c)
+    eng.store.update_campaign(c.id, budget_gpu_hours=v.spent + v.reserve + 2.5 * v.per_search_trial)
+    c = run_until(eng, c.id, lambda c: c.terminal)
+    report = (Path(c.workdir) / "report" / "REPORT.md").read_text()
+    assert "reserved for the back-to-back promotion re-runs" in report
+    assert "search trials ran at once" in report
