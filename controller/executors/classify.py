@@ -23,8 +23,9 @@ from infrarsi.verifier.receipt import wrapper_outcome
 
 #: log lines that mean the job ran out of *device* memory
 _CUDA_OOM = re.compile(r"torch\.OutOfMemoryError|CUDA out of memory|torch\.cuda\.OutOfMemoryError")
-#: slurmstepd lines that mean the job exceeded its host memory limit (--mem)
-_HOST_OOM = re.compile(r"exceeded memory limit|Exceeded job memory limit|oom[-_ ]kill", re.IGNORECASE)
+#: slurmstepd lines that mean the job exceeded its host memory limit (--mem); ``oom-kill``/``oom_kill`` in lower
+#: case only, as slurmstepd and the kernel print it, so a printed environment (``SLURM_OOM_KILL_STEP=0``) is no OOM
+_HOST_OOM = re.compile(r"(?i:exceeded memory limit|Exceeded job memory limit)|oom[-_ ]kill")
 
 _TAIL_BYTES = 256 * 1024
 RECEIPT_HINT = "receipt.json"

@@ -10,6 +10,7 @@ and the applied launch command is the production command with the promoted knobs
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -73,7 +74,7 @@ def settle_todos(contract: Path) -> None:
     data["trial"]["window"] = [5, UPDATES]
     data["memory_cap_gib"] = 4
     data["loss_tolerance"] = 0.05
-    data["budget"] = {"gpu_hours": 1.0, "trials": 3}
+    data["budget"] = {"gpu_hours": 1.0, "trials": 2}
     data["verification"] = {"reference_repeats": 2, "rerun_pairs": 1, "promotion_candidates": 1}
     out = StringIO()
     yaml.dump(data, out)
@@ -102,6 +103,10 @@ def test_onboard_scaffold_run_report_apply(name: str, tmp_path: Path) -> None:
     assert report.name == "REPORT.md" and report.stat().st_size > 0
     receipts = list((tmp_path / "home" / "scratch").glob("*/trials/*/out/receipt.json"))
     assert len(receipts) >= 4  # references, search trials and re-runs all ran the script with the adapter lines
+    for r in (json.loads(p.read_text()) for p in receipts):  # ... every one cleanly, with the trial-only flags
+        w = r["wrapper"]
+        assert w["exit_code"] == 0 and w["errors"] == [] and w["argv"][-len(TRIAL_ONLY):] == TRIAL_ONLY, w
+        assert len(r["updates"]) == UPDATES and r["footer"]["completed"] == UPDATES
 
     applied = infrarsi("apply", "--branch", "infrarsi/promoted", env=env, cwd=repo)
     assert "applied campaign 1" in applied.stdout, applied.stdout

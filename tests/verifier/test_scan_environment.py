@@ -145,3 +145,16 @@ def test_a_real_error_after_the_environment_dump_is_still_rejected(tmp_path):
     assert not any("ASYNC_ERROR_HANDLING" in e["line"] for e in receipt["wrapper"]["errors"])
     item = _no_errors(receipt)
     assert item.status == "fail" and "line" in item.reason
+
+
+def test_a_crash_whose_log_prints_slurms_environment_is_not_a_host_oom():
+    """The executor's log check (controller/executors/classify.py) reads slurmstepd's lower-case ``oom_kill``, not
+    ``SLURM_OOM_KILL_STEP`` in a printed environment."""
+    from infrarsi.controller.executors.classify import classify
+
+    receipt = {"wrapper": {"exit_code": 1, "signal": None, "timed_out": False, "oom": None,
+                           "errors": [{"kind": "traceback", "line": "Traceback (most recent call last):"}]}}
+    env_dump = "\n".join(f"{k}={v}" for k, v in SITE_ENV.items()) + "\nValueError: bad config\n"
+    assert classify(receipt, "FAILED", 1, None, env_dump).outcome == "crash"
+    stepd = env_dump + "slurmstepd: error: Detected 1 oom_kill event in StepId=4242.batch.\n"
+    assert classify(receipt, "FAILED", 1, None, stepd).outcome == "oom"
