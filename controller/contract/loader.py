@@ -359,12 +359,32 @@ def load_contract(path: str | Path) -> Contract:
     return contract
 
 
+#: fields added after contracts were first locked: left out of the digest when the contract does not set them
+LATER_FIELDS: dict[str, tuple[str, ...]] = {
+    "Contract": ("proposers", "forbid", "inputs"),
+    "Launch": ("trial_args", "trial_env"),
+    "Workload": ("flops_per_token",),
+    "Knob": ("render", "priors", "canonical"),
+}
+
+
+def _drop_unset(model: Any, data: dict[str, Any]) -> None:
+    for name in LATER_FIELDS.get(type(model).__name__, ()):
+        if name not in model.model_fields_set:
+            data.pop(name, None)
+
+
 def contract_digest(contract: Contract) -> str:
-    """SHA-256 over the canonical JSON of the validated contract (what ``init`` locks).  An absent ``proposers``
-    section is left out, so contracts written before it existed keep their digest."""
+    """SHA-256 over the canonical JSON of the validated contract (what ``init`` locks).  Sections and fields added
+    later (:data:`LATER_FIELDS`: ``proposers``, ``forbid``, ``inputs``, ``launch.trial_args``/``trial_env``,
+    ``workload.flops_per_token``, ``knobs[].render``/``priors``/``canonical``) are left out when the contract does not set them,
+    so contracts written before they existed keep their digest."""
     data = contract.model_dump(mode="json")
-    if "proposers" not in contract.model_fields_set:
-        data.pop("proposers", None)
+    _drop_unset(contract, data)
+    _drop_unset(contract.launch, data["launch"])
+    _drop_unset(contract.workload, data["workload"])
+    for knob, knob_data in zip(contract.knobs, data["knobs"]):
+        _drop_unset(knob, knob_data)
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 

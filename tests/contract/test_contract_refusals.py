@@ -255,3 +255,48 @@ def test_search_never_asks_for_a_forbidden_configuration(tmp_path: Path) -> None
         full = dict(c.reference_config, **cand.as_dict())
         full["grad_accum"] = 64 // full["batch_size"]
         assert forbidden_by(c, full) is None, cand
+
+
+DIGEST_STABLE = """\
+name: digest-stable
+launch:
+  command: "python train.py {knobs}"
+  gpus_per_node: 1
+workload:
+  tokens_per_update: 4096
+  seq_len: 64
+editable_files: [train.py]
+memory_cap_gib: 40
+knobs:
+  - name: micro_batch
+    values: [4, 8, 16, 64]
+    reference: 4
+    kind: ordered
+    batch_factor: true
+    apply: {flag: "--micro-batch={value}"}
+  - name: grad_accum
+    values: [1, 4, 8, 16]
+    reference: 16
+    kind: ordered
+    batch_factor: true
+    apply: {flag: "--grad-accum={value}"}
+  - name: dtype
+    values: [fp32, bf16]
+    reference: fp32
+    apply: {env: DTYPE}
+couplings:
+  - product: [micro_batch, grad_accum]
+    equals: 64
+    solve: grad_accum
+"""
+#: contract_digest of DIGEST_STABLE before forbid/render/priors/flops_per_token/trial_args/inputs/proposers existed
+#: (computed with controller/contract/model.py of commit 590f797)
+DIGEST_BEFORE = "f650463e235b90ab5269984b771feea3fffebfc94652524c627541384fc54deb"
+
+
+def test_contracts_written_before_the_new_fields_keep_their_digest(tmp_path: Path) -> None:
+    from infrarsi.controller.contract import contract_digest
+
+    assert contract_digest(load_contract(write(tmp_path, DIGEST_STABLE))) == DIGEST_BEFORE
+    with_forbid = DIGEST_STABLE + "forbid:\n  - {dtype: bf16, micro_batch: 64}\n"
+    assert contract_digest(load_contract(write(tmp_path, with_forbid))) != DIGEST_BEFORE
