@@ -149,8 +149,12 @@ class ProposerRunner:
         base.mkdir(parents=True, exist_ok=True)
         src = base / "src"
         workdir = prepare_source(Path(c.repo_path), scope["commit"], src, [], {}, scope.get("prefix", ""))
-        proposers = build_proposers(spec, contract=contract, repo=Path(workdir), workdir=base / "scratch",
-                                    isolation=isolation_mode())
+        try:
+            proposers = build_proposers(spec, contract=contract, repo=Path(workdir), workdir=base / "scratch",
+                                        isolation=isolation_mode())
+        except Exception as exc:  # noqa: BLE001 - a proposer that cannot be built never fails the campaign
+            self.engine.progress(f"[{c.id}] proposers unavailable: {one_line(exc)}")
+            proposers = []
         spent: dict[str, list[float]] = {}
         for r in self.engine.store.proposer_requests(c.id):  # budgets count what earlier processes spent
             acc = spent.setdefault(r.proposer, [0, 0.0])
