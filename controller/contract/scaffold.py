@@ -320,6 +320,9 @@ def scaffold(argv: list[str], cwd: Path | None = None, repo: Path | None = None,
     precision_menu = ["fp32"]
     for role in KNOB_MECHANISMS[2:]:
         s = by_role.get(role)
+        if s is not None and s.value is UNKNOWN:
+            todo_top.append(f"{s.name} ({role}) is computed by the script, not a literal: add a knob for it by "
+                            f"hand (apply: {{flag: \"{s.flag}={{value}}\"}})")
         if s is None or s.value is UNKNOWN or s.value is None:
             continue
         values, todo = _ladder(role, s)

@@ -201,9 +201,10 @@ def _const_eval(node: ast.AST, env: dict[str, Any], depth: int = 0) -> Any:
     return _literal(node)
 
 
-def _module_globals(tree: ast.Module) -> dict[str, Any]:
+def _module_globals(tree: ast.Module, keep_unknown: bool = False) -> dict[str, Any]:
     """Module-level ``name = value`` assignments whose value is a scalar literal or constant arithmetic, in order
-    (later ones win)."""
+    (later ones win); with ``keep_unknown`` other assignments are kept as :data:`UNKNOWN` (computed settings such
+    as ``dtype = 'bfloat16' if ... else 'float16'``)."""
     out: dict[str, Any] = {}
     for node in tree.body:
         target: ast.AST | None = None
@@ -216,6 +217,8 @@ def _module_globals(tree: ast.Module) -> dict[str, Any]:
             value = _const_eval(value_node, out)
             if value is not UNKNOWN and isinstance(value, (bool, int, float, str)):
                 out[target.id] = value
+            elif keep_unknown:
+                out[target.id] = UNKNOWN
     return out
 
 
@@ -286,7 +289,7 @@ def read_settings(script: Path, args: tuple[str, ...], cwd: Path) -> ScriptSetti
     config_files: list[str] = []
     ordered: list[tuple[str, str | None]] = []
     if style == "globals":
-        values = _module_globals(tree) if _uses_configurator(source, tree) or not parsed else {}
+        values = _module_globals(tree, keep_unknown=True) if _uses_configurator(source, tree) or not parsed else {}
         parsed = {k: Setting(name=k, flag=f"--{k}", style="globals", default=v, value=v, type=_type_of(v))
                   for k, v in values.items() if not k.startswith("_") and not k.isupper()}
         for arg in args:

@@ -186,3 +186,16 @@ def test_choices_reveal_the_mechanism(tmp_path: Path) -> None:
                                    "p.add_argument('--kernel', choices=['naive', 'flash'], default='naive')\n")
     path = _write(tmp_path, ["python", "t.py"])
     assert _mechanisms(path) == {"optimizer": "optimizer_fusion", "kernel": "attention_kernel"}
+
+
+def test_computed_global_is_a_todo_and_a_command_value_wins(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(
+        "import torch\nbatch_size = 12\ngradient_accumulation_steps = 5 * 8\nblock_size = 1024\n"
+        "dtype = 'bfloat16' if torch.cuda.is_available() else 'float16'\n"
+        "exec(open('configurator.py').read())\n")
+    path = _write(tmp_path, ["python", "train.py"])
+    assert check_contract(path)[1] == []
+    assert "dtype (mixed_precision) is computed by the script" in path.read_text()
+    assert load_contract(path).workload.tokens_per_update == 12 * 40 * 1024
+    path = _write(tmp_path, ["python", "train.py", "--dtype=float16"])
+    assert load_contract(path).knob("dtype").reference == "float16"
