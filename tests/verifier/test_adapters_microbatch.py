@@ -199,3 +199,59 @@ def test_the_job_copy_is_self_contained(tmp_path):
                           text=True, timeout=60)
     assert proc.stdout.strip() == "ok", proc.stderr
     assert jobpath.job_pythonpath(lib, "/a:/b") == f"{lib}{os.pathsep}/a:/b" and jobpath.job_pythonpath(lib, None) == str(lib)
+
+
+HF_TRAIN = """
+import sys, torch, transformers
+from infrarsi.verifier.adapters.hf import receipt_callback  # infrarsi +1
+
+class DS(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        ids = (torch.arange(8) * (i % 5 + 1) + i) % 64
+        return {"input_ids": ids, "labels": ids}
+
+batch, accum = int(sys.argv[1]), int(sys.argv[2])
+torch.manual_seed(0)
+model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=64,
+                                                             n_positions=16, resid_pdrop=0.0, embd_pdrop=0.0,
+                                                             attn_pdrop=0.0))
+args = transformers.TrainingArguments(sys.argv[3], per_device_train_batch_size=batch, gradient_accumulation_steps=accum,
+                                      max_steps=3, logging_steps=1, report_to=[], use_cpu=True, seed=1)
+trainer = transformers.Trainer(model=model, args=args, train_dataset=DS(),
+                               callbacks=[receipt_callback(seq_len=8)])  # infrarsi +2
+trainer.train()
+"""
+
+
+def test_hf_trainer_lines_counted_and_micro_batches_digested(tmp_path):
+    """The docs' HF Trainer lines (2, counted by their markers) in a real Trainer: with gradient accumulation the
+    digest covers every micro-batch of the update (4 x 2 equals 8 x 1) and the loss is the update's mean."""
+    pytest.importorskip("transformers")
+    import re
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "adapters.md").read_text()
+    heading = next(ln for ln in docs.splitlines() if ln.startswith("## ") and "Hugging Face Trainer" in ln)
+    marks = [int(m) for m in re.findall(r"# infrarsi \+(\d+)", HF_TRAIN)]
+    assert marks == [1, 2] and f"({len(marks)} added lines)" in heading
+    script = tmp_path / "hf_train.py"
+    script.write_text(textwrap.dedent(HF_TRAIN))
+    outs = {}
+    for batch, accum in ((4, 2), (8, 1)):
+        rx = tmp_path / f"rx{batch}.jsonl"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("INFRARSI_")}
+        env.update(INFRARSI_RECEIPT_PATH=str(rx), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+        proc = subprocess.run([sys.executable, str(script), str(batch), str(accum), str(tmp_path / f"o{batch}")],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outs[batch] = [json.loads(x) for x in rx.read_text().splitlines()]
+    a, b = outs[4], outs[8]
+    assert a[0]["tokens_per_update"] == b[0]["tokens_per_update"] == 64
+    ua, ub = a[1:-1], b[1:-1]
+    assert [u["index"] for u in ua] == [1, 2, 3] and len(ub) == 3
+    for x, y in zip(ua, ub):
+        assert x["samples"] == y["samples"] == 8 and x["tokens"] == y["tokens"] == 64
+        assert x["batch_digest"] == y["batch_digest"] != ""
+        assert x["loss"] == pytest.approx(y["loss"], rel=1e-4)
+    assert len({u["batch_digest"] for u in ua}) == 3
