@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
+from infrarsi.controller.search import batch
 from infrarsi.controller.search.models import log_speedup
 from infrarsi.controller.search.space import PATCH, Candidate, Outcome, Setting, settings_key
 
@@ -424,8 +425,7 @@ def propose(ctrl: "SearchController", rng: np.random.Generator, taken: set[Candi
     busy follow-up waits for that one's outcome (no near-duplicate bundles or backtracks in one
     batch); ranked pool candidates one move from a busy candidate come after all others.
     """
-    for c in ctrl.starts:
-        yield "start", c
+    yield from batch.starts_and_hedges(ctrl, busy)  # the starts; with busy starts, their hedges between them
     yield from _transfer_check(ctrl, busy)
     order = sorted(range(len(ctrl.queue)), key=lambda i: (PRIORITY.get(ctrl.queue[i][0], 2), -i))
     busy_followups = [b for b in busy if b in ctrl.queue_tags]

@@ -1,0 +1,77 @@
+"""Filling parallel slots before any outcome is known: the starts interleaved with hedges of them.
+
+With N slots the first N trials are chosen blind.  Filled with the three starts and then trust-region
+neighbours of the (believed) first start, a whole first batch shares that start's most aggressive
+settings, so one failure (a numerics rejection, a pair conflict) takes every slot down with it and the
+first feedback-driven trial completes only after about N outcomes.
+
+A *hedge* of a busy, not yet told start is what conflict backtracking would propose if that start
+failed: the start with its riskiest setting switched to the knob's best other value (the revert of
+:func:`infrarsi.controller.search.proposals.on_crash`).  Risk is the failure ledger's own measure, the
+prior |effect| of the setting (the most aggressive setting is suspected first).  The first slots are
+filled start 1, hedge 1 of start 1, start 2, hedge 2 of start 1, start 3, hedge 1 of start 2, so a
+failure of start 1 already has its fallback running and no start is pushed out of the first slots.
+
+Only busy starts are hedged: with nothing busy (``q = 1``) this yields exactly the starts, so the
+one-at-a-time search is unchanged; once a start is told the queue's follow-ups take over.  Pure in the
+controller's history and ``busy``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+from infrarsi.controller.search.space import PATCH, Candidate, settings_key
+
+if TYPE_CHECKING:  # pragma: no cover
+    from infrarsi.controller.search.controller import SearchController
+
+#: hedges per start, in slot order: (start index, hedge rank) after each start
+HEDGE_PLAN: tuple[tuple[tuple[int, int], ...], ...] = (((0, 0),), ((0, 1),), ((1, 0),))
+
+
+def hedges_of(ctrl: "SearchController", start: Candidate, limit: int = 2) -> list[Candidate]:
+    """Up to ``limit`` hedges of ``start``: its settings by falling risk (prior |effect|, then canonical
+    order), each switched to the knob's best other value by posterior mean (the reference last).
+
+    A hedge must be legal, not blocked by the failure ledger, likely to fit (p >= ``min_p_feasible``)
+    and predicted to clear the measured incumbent by the gate, so it is worth a slot on its own."""
+    coef, _ = ctrl.time.coef()
+    _, y = ctrl._ok_rows()
+    measured = max(0.0, float(y.max()) if len(y) else 0.0)  # the measured incumbent, not a believed one
+    sets = sorted((s for s in start.settings(ctrl.space) if s[0] != PATCH),
+                  key=lambda s: (-abs(ctrl.ledger.risk(s)), settings_key(s)))
+    out: list[Candidate] = []
+    for s in sets:
+        if len(out) >= limit:
+            break
+        knob = ctrl.space.knob(s[0])
+        alts = sorted((v for v in knob.values if v not in (s[1], knob.reference)),
+                      key=lambda v: (-coef[ctrl.fmap.index[(knob.name, v)]], str(v)))
+        for v in alts + [knob.reference]:
+            alt = start.with_values({knob.name: v})
+            if alt in out or alt in ctrl.starts or alt.is_reference(ctrl.space) or not ctrl.space.legal(alt.as_dict()):
+                continue
+            if ctrl.ledger.blocked(alt.settings(ctrl.space)) is not None:
+                continue
+            mu, _, p = ctrl.predict([alt])
+            if p[0] < float(ctrl.tune["min_p_feasible"]) or mu[0] < measured + ctrl.gate:
+                continue
+            out.append(alt)
+            break
+    return out
+
+
+def starts_and_hedges(ctrl: "SearchController", busy: set[Candidate]) -> Iterator[tuple[str, Candidate]]:
+    """The starts in order, each followed by the hedges :data:`HEDGE_PLAN` places after it; a hedge only
+    while its start is busy (asked, not yet told)."""
+    cache: dict[int, list[Candidate]] = {}
+    for i, start in enumerate(ctrl.starts):
+        yield "start", start
+        for j, rank in HEDGE_PLAN[i] if i < len(HEDGE_PLAN) else ():
+            if j >= len(ctrl.starts) or ctrl.starts[j] not in busy or ctrl.starts[j] in ctrl.told:
+                continue
+            if j not in cache:
+                cache[j] = hedges_of(ctrl, ctrl.starts[j])
+            if rank < len(cache[j]):
+                yield "hedge", cache[j][rank]
