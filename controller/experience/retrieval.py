@@ -346,13 +346,17 @@ def _obs_scope(o: Observation, env: Environment | None, target: Environment, mod
 
 
 def first_start(observations: Iterable[Observation], environments: Mapping[str, Environment],
-                target: Environment, knobs: Sequence[TargetKnob], mode: Mode = "filtered") -> dict[str, Any] | None:
+                target: Environment, knobs: Sequence[TargetKnob], mode: Mode = "filtered",
+                evidence: Mapping[tuple[str, Any], float] | None = None) -> dict[str, Any] | None:
     """The experience start: ``{"config": {knob: value}, "speedup": x, "campaign": label}`` or None.
 
     Source campaigns are ranked by their environment (framework-compatible only in ``filtered``: covered for
     kernel mechanisms first, then distance); the fastest accepted observation of the best one is mapped onto the
     target's knobs, each mechanism only where the record covers it (``all``: every mechanism), others at the
-    reference.  ``speedup`` is against that campaign's reference observation when it has one, else 1.
+    reference.  With ``evidence`` ((knob, value) -> retrieved prior mean, ``filtered`` only) a setting is also
+    kept only when the bank holds a covered effect of it that helps: a setting that merely rode along in the
+    best observation (never measured apart) is not carried to other hardware.  ``speedup`` is against that
+    campaign's reference observation when it has one, else 1.
     """
     by_campaign: dict[str, list[Observation]] = {}
     for o in observations:
@@ -381,6 +385,9 @@ def first_start(observations: Iterable[Observation], environments: Mapping[str, 
                 _obs_scope(best, env, target, mode, k.mechanism) == "covered":
             v = k.value_for(str(best.canonical[k.mechanism]))
             value = k.reference if v is None else v
+        if mode == "filtered" and evidence is not None and value != k.reference and \
+                evidence.get((k.name, value), 0.0) <= 0.0:
+            value = k.reference
         config[k.name] = value
     if all(config[k.name] == k.reference for k in knobs):
         return None
@@ -443,10 +450,12 @@ def search_experience(effects: Iterable[Effect], observations: Iterable[Observat
     observations = list(observations)
     got = retrieve(effects, target, knobs, mode, environments)
     records: list[dict[str, Any]] = []
-    start = first_start(observations, environments, target, knobs, mode)
+    priors = setting_priors(got, base or {}, default_sd)
+    evidence = {(p["knob"], p["value"]): p["log_speedup"] for p in priors if p["coverage"] == "covered"}
+    start = first_start(observations, environments, target, knobs, mode, evidence)
     if start is not None:
         records.append(start)
-    records += setting_priors(got, base or {}, default_sd)
+    records += priors
     records += conflicts(observations, environments, target, knobs, mode)
     return records, knob_grades(knobs, got, observations, environments, target, mode)
 
