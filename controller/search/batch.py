@@ -5,10 +5,11 @@ neighbours of the (believed) first start, a whole first batch shares that start'
 settings, so one failure (a numerics rejection, a pair conflict) takes every slot down with it and the
 first feedback-driven trial completes only after about N outcomes.
 
-A *hedge* of a busy, not yet told start is what conflict backtracking would propose if that start
-failed: the start with its riskiest setting switched to the knob's best other value (the revert of
-:func:`infrarsi.controller.search.proposals.on_crash`).  Risk is the failure ledger's own measure, the
-prior |effect| of the setting (the most aggressive setting is suspected first).  The first slots are
+A *hedge* of a busy, not yet told start is what the search would propose if that start failed:
+for a start that may not fit, its fastest variant that does; then the start with its riskiest setting
+switched to the knob's best other value (the revert of
+:func:`infrarsi.controller.search.proposals.on_crash`; risk is the failure ledger's own measure, the
+prior |effect| of the setting, so the most aggressive setting is suspected first).  The first slots are
 filled start 1, hedge 1 of start 1, start 2, hedge 2 of start 1, start 3, hedge 1 of start 2, so a
 failure of start 1 already has its fallback running and no start is pushed out of the first slots.
 
@@ -26,40 +27,57 @@ from infrarsi.controller.search.space import PATCH, Candidate, settings_key
 if TYPE_CHECKING:  # pragma: no cover
     from infrarsi.controller.search.controller import SearchController
 
+#: p(fit) below which a start is hedged against an OOM first
+SAFE_FIT = 0.8
 #: hedges per start, in slot order: (start index, hedge rank) after each start
 HEDGE_PLAN: tuple[tuple[tuple[int, int], ...], ...] = (((0, 0),), ((0, 1),), ((1, 0),))
 
 
 def hedges_of(ctrl: "SearchController", start: Candidate, limit: int = 2) -> list[Candidate]:
-    """Up to ``limit`` hedges of ``start``: its settings by falling risk (prior |effect|, then canonical
-    order), each switched to the knob's best other value by posterior mean (the reference last).
+    """Up to ``limit`` hedges of ``start``, each ``start`` with one setting switched, in this order:
 
-    A hedge must be legal, not blocked by the failure ledger, likely to fit (p >= ``min_p_feasible``)
-    and predicted to clear the measured incumbent by the gate, so it is worth a slot on its own."""
+    * when the memory model doubts ``start`` (p(fit) < :data:`SAFE_FIT`), an OOM is a likely failure:
+      first the fastest switch (posterior mean) that fits with p >= :data:`SAFE_FIT`, as bundle
+      completion would propose after the OOM;
+    * then the crash/rejection hedges: its settings by falling risk (prior |effect|, then canonical
+      order), each switched to the knob's best other value by posterior mean (the reference last), as
+      the conflict revert does; these must fit at least as likely as ``start`` (up to :data:`SAFE_FIT`).
+
+    Every hedge must be legal, not blocked by the failure ledger, fit with p >= 0.5 and be predicted to
+    clear the measured incumbent by the gate, so it is worth a slot on its own."""
     coef, _ = ctrl.time.coef()
     _, y = ctrl._ok_rows()
     measured = max(0.0, float(y.max()) if len(y) else 0.0)  # the measured incumbent, not a believed one
+    p_start = float(ctrl.predict([start])[2][0])
     sets = sorted((s for s in start.settings(ctrl.space) if s[0] != PATCH),
                   key=lambda s: (-abs(ctrl.ledger.risk(s)), settings_key(s)))
-    out: list[Candidate] = []
+    switches: list[tuple[Candidate, float, float]] = []  # by falling risk, then the knob's best value first
     for s in sets:
-        if len(out) >= limit:
-            break
         knob = ctrl.space.knob(s[0])
         alts = sorted((v for v in knob.values if v not in (s[1], knob.reference)),
                       key=lambda v: (-coef[ctrl.fmap.index[(knob.name, v)]], str(v)))
         for v in alts + [knob.reference]:
             alt = start.with_values({knob.name: v})
-            if alt in out or alt in ctrl.starts or alt.is_reference(ctrl.space) or not ctrl.space.legal(alt.as_dict()):
+            if alt in ctrl.starts or alt.is_reference(ctrl.space) or not ctrl.space.legal(alt.as_dict()):
                 continue
             if ctrl.ledger.blocked(alt.settings(ctrl.space)) is not None:
                 continue
             mu, _, p = ctrl.predict([alt])
-            if p[0] < float(ctrl.tune["min_p_feasible"]) or mu[0] < measured + ctrl.gate:
-                continue
+            if p[0] >= 0.5 and mu[0] >= measured + ctrl.gate:
+                switches.append((alt, float(mu[0]), float(p[0])))
+    out: list[Candidate] = []
+    if p_start < SAFE_FIT:
+        safe = sorted((t for t in switches if t[2] >= SAFE_FIT), key=lambda t: (-t[1], t[0].signature))
+        out += [t[0] for t in safe[:1]]
+    done: set[str] = set()
+    for alt, _, p in switches:
+        knob = next(k for k in ctrl.space.knobs if alt.value(k.name) != start.value(k.name))
+        if knob.name in done or p < min(p_start, SAFE_FIT):
+            continue
+        done.add(knob.name)
+        if alt not in out:
             out.append(alt)
-            break
-    return out
+    return out[:limit]
 
 
 def starts_and_hedges(ctrl: "SearchController", busy: set[Candidate]) -> Iterator[tuple[str, Candidate]]:
