@@ -27,9 +27,15 @@ as a noisy measurement of that setting's effect here, with variance ``noise_floo
 default SD) into the setting's prior mean and SD.  Records therefore only move priors: target observations
 always govern the posterior.  The same weighting gives the per-setting memory priors (GiB) from effects that
 measured a memory delta.  The best observation of the best-ranked source campaign drives the first of the three
-starts (settings of mechanisms the record does not cover stay at the reference), and minimal conflict tuples of
-covered observations become known conflicts (an OOM conflict only when the target has no more memory per GPU than
-the record).
+starts (settings of mechanisms the record does not cover stay at the reference; in ``filtered`` also settings the
+bank holds no covered, helping effect of), and minimal conflict tuples of covered observations become known
+conflicts (an OOM conflict only when the target has no more memory per GPU than the record).  Setting priors carry
+their smallest distance: the search checks a belief transferred from elsewhere (distance > 0) by a paired toggle
+(``controller/search/proposals.py: _transfer_check``).
+
+**Coverage grades** (:func:`knob_grades`, printed and frozen by ``doctor``): ``covered`` (a covered effect),
+``partial`` (only partial-scope effects), ``null`` (no effect, but compatible observations ran a non-reference
+value: measured, nothing beyond the noise gate), ``unobserved`` (nothing).
 
 Modes: ``filtered`` (the scope check, distance and ranking) and ``all`` (every record of a matching mechanism as
 if covered at distance 0: the unfiltered baseline of ``infrarsi bench transfer``).
