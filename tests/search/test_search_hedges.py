@@ -1,0 +1,71 @@
+"""Hedged first slots (controller/search/batch.py): busy starts are hedged, q = 1 never is, replay is pure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from infrarsi.controller.search import batch
+from infrarsi.controller.search.benchmark import run_benchmark
+from infrarsi.controller.search.controller import SearchController
+from infrarsi.controller.search.landscape import load_landscape
+
+from conftest import make_noise, toy_evaluate, toy_space
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def ctrl(seed: int = 0, ref_mem: float = 70.0) -> SearchController:
+    return SearchController(toy_space(), make_noise(), 1.0, 80.0, seed=seed, reference_peak_mem_gib=ref_mem)
+
+
+def test_one_at_a_time_never_hedges():
+    c = ctrl()
+    for _ in range(6):
+        (cand,) = c.ask(1)
+        assert c.proposed_by[cand] != "hedge"
+        c.tell(cand, toy_evaluate(cand))
+
+
+def test_a_busy_start_is_hedged_in_the_next_slot_by_a_one_knob_switch():
+    c = ctrl(ref_mem=50.0)  # everything fits: the hedge is the crash/rejection one
+    first, second = c.ask(2)
+    assert first == c.starts[0] and c.proposed_by[second] == "hedge"
+    changed = [k.name for k in c.space.knobs if first.value(k.name) != second.value(k.name)]
+    assert len(changed) == 1
+    # the riskiest setting (largest prior |effect|) of the start is the one switched
+    risky = max((s for s in first.settings(c.space)), key=lambda s: abs(c.ledger.risk(s)))
+    assert changed == [risky[0]]
+
+
+def test_hedges_are_pure_in_the_history_and_pending_set():
+    a, b = ctrl(seed=3), ctrl(seed=3)
+    batch_a = a.ask(4)
+    # a fresh controller asked slot by slot with the same pending set proposes the same candidates
+    got = []
+    for _ in range(4):
+        got += b.ask(1, pending=got)
+    assert got == batch_a
+    assert sum(a.proposed_by[x] == "hedge" for x in batch_a) >= 1
+
+
+def test_hedge_of_a_start_that_may_not_fit_fits():
+    c = ctrl(ref_mem=70.0)
+    start = c.starts[0]
+    p_start = float(c.predict([start])[2][0])
+    hedges = batch.hedges_of(c, start)
+    assert hedges, "a start should have a hedge on the toy space"
+    p = c.predict(hedges)[2]
+    if p_start < batch.SAFE_FIT:
+        assert p[0] >= batch.SAFE_FIT
+    assert all(x >= 0.5 for x in p)
+
+
+def test_dense_interactions_slots_8_keeps_its_slots_1_trials_to_90():
+    """Before hedging the blind first batch was seven FP8 variants (all rejected): 9 trials at slots 8 vs 3."""
+    land = load_landscape(ROOT / "bench/landscapes/dense_interactions.py")
+    one = run_benchmark(land, ["infrarsi"], trials=16, repeats=3, slots=1)["strategies"]["infrarsi"]
+    eight = run_benchmark(land, ["infrarsi"], trials=16, repeats=3, slots=8)["strategies"]["infrarsi"]
+    assert one["median_trials_to_90"] is not None and eight["median_trials_to_90"] is not None
+    assert eight["median_trials_to_90"] <= 1.5 * one["median_trials_to_90"]
+    assert eight["median_wall_hours_to_90"] < one["median_wall_hours_to_90"]
+    assert eight["false_promotions"] == 0
