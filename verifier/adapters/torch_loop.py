@@ -14,6 +14,10 @@ lets a plain loop emit receipts with a handful of added lines::
         optimizer.step(); optimizer.zero_grad()
         rl.end(loss)                     # stops the clock, writes the line
     rl.finish(eval_loss=held_out_loss(model))   # footer: eval loss + per-tensor parameter norms
+
+With gradient accumulation, ``rl.begin(xm, loss=loss)`` may be called once per micro-batch (before a prefetch
+overwrites it) and ``rl.end()`` then reports the mean of those losses; :class:`BatchDigest` makes the update's
+digest equal to that of the whole batch.  docs/adapters.md has the nanoGPT-style and DDP loops.
 """
 
 from __future__ import annotations
