@@ -10,8 +10,8 @@ for a start that may not fit, its fastest variant that does; then the start with
 switched to the knob's best other value (the revert of
 :func:`infrarsi.controller.search.proposals.on_crash`; risk is the failure ledger's own measure, the
 prior |effect| of the setting, so the most aggressive setting is suspected first).  The first slots are
-filled start 1, hedge 1 of start 1, start 2, hedge 2 of start 1, start 3, hedge 1 of start 2, so a
-failure of start 1 already has its fallback running and no start is pushed out of the first slots.
+filled start 1, hedge 1 of start 1, start 2, the contrarian probe, start 3, hedge 2 of start 1, hedge 1
+of start 2, so a failure of start 1 already has its fallback running and no start is pushed out of the first slots.
 
 Only busy starts are hedged: with nothing busy (``q = 1``) this yields exactly the starts, so the
 one-at-a-time search is unchanged; once a start is told the queue's follow-ups take over.  Pure in the
@@ -20,7 +20,7 @@ controller's history and ``busy``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from infrarsi.controller.search.space import PATCH, Candidate, settings_key
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
 #: p(fit) below which a start is hedged against an OOM first
 SAFE_FIT = 0.8
 #: hedges per start, in slot order: (start index, hedge rank) after each start
-HEDGE_PLAN: tuple[tuple[tuple[int, int], ...], ...] = (((0, 0),), ((0, 1),), ((1, 0),))
+HEDGE_PLAN: tuple[tuple[tuple[int, int], ...], ...] = (((0, 0),), (), ((0, 1), (1, 0)))
 
 
 def hedges_of(ctrl: "SearchController", start: Candidate, limit: int = 2) -> list[Candidate]:
@@ -80,9 +80,11 @@ def hedges_of(ctrl: "SearchController", start: Candidate, limit: int = 2) -> lis
     return out[:limit]
 
 
-def starts_and_hedges(ctrl: "SearchController", busy: set[Candidate]) -> Iterator[tuple[str, Candidate]]:
+def starts_and_hedges(ctrl: "SearchController", busy: set[Candidate],
+                      probes: Callable[[], Iterable[tuple[str, Candidate]]] = lambda: ()) -> Iterator[tuple[str, Candidate]]:
     """The starts in order, each followed by the hedges :data:`HEDGE_PLAN` places after it; a hedge only
-    while its start is busy (asked, not yet told)."""
+    while its start is busy (asked, not yet told).  With anything busy, ``probes()`` (the contrarian
+    probe) comes right after the second start's hedges, so hedges never push it out of the first slots."""
     cache: dict[int, list[Candidate]] = {}
     for i, start in enumerate(ctrl.starts):
         yield "start", start
@@ -93,3 +95,5 @@ def starts_and_hedges(ctrl: "SearchController", busy: set[Candidate]) -> Iterato
                 cache[j] = hedges_of(ctrl, ctrl.starts[j])
             if rank < len(cache[j]):
                 yield "hedge", cache[j][rank]
+        if i == 1 and busy:
+            yield from probes()

@@ -425,7 +425,8 @@ def propose(ctrl: "SearchController", rng: np.random.Generator, taken: set[Candi
     busy follow-up waits for that one's outcome (no near-duplicate bundles or backtracks in one
     batch); ranked pool candidates one move from a busy candidate come after all others.
     """
-    yield from batch.starts_and_hedges(ctrl, busy)  # the starts; with busy starts, their hedges between them
+    # the starts; with busy starts, their hedges and the contrarian probe between them
+    yield from batch.starts_and_hedges(ctrl, busy, lambda: _contrarian(ctrl, busy))
     yield from _transfer_check(ctrl, busy)
     order = sorted(range(len(ctrl.queue)), key=lambda i: (PRIORITY.get(ctrl.queue[i][0], 2), -i))
     busy_followups = [b for b in busy if b in ctrl.queue_tags]
