@@ -251,8 +251,17 @@ def write_artifacts(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Pa
 
 
 def _write_experience(engine: "CampaignEngine", c: CampaignRecord, result: dict[str, Any]) -> None:
-    """Verified write-back into the experience bank, idempotent (controller/experience/writeback.py)."""
+    """Verified write-back into the experience bank, idempotent (controller/experience/writeback.py).  A store that
+    refuses it (a role without the bank grants) costs the bank these records, not the campaign its report: the
+    refusal is reported as progress and ``infrarsi report --regenerate`` writes them later."""
+    from infrarsi.controller.errors import InfrarsiError
     from infrarsi.controller.experience.writeback import write_campaign_experience
 
     if result["reference"]["step_time_s"]:
-        write_campaign_experience(engine, c, result)
+        try:
+            n = write_campaign_experience(engine, c, result)
+        except InfrarsiError as exc:
+            engine.progress(f"[{c.id}] experience write-back refused: {exc}")
+            return
+        if n["effects"] or n["observations"]:
+            engine.progress(f"[{c.id}] experience bank: {n['effects']} new effects, {n['observations']} observations")

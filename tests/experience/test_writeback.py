@@ -151,3 +151,18 @@ def test_sigkill_mid_write_back_then_rerun_duplicates_nothing(tmp_path: Path) ->
     assert len(store.experience_observations()) == 4 and len(store.environments()) == 1
     _, obs, again = _records(BIG)
     assert write_back(store, None, again[0].env, obs, again) == {"observations": 0, "effects": 0}
+
+
+def test_a_refused_write_back_does_not_fail_the_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    from infrarsi.controller.campaign import artifacts
+    from infrarsi.controller.errors import StoreError
+    from infrarsi.controller.experience import writeback
+
+    def refuse(*_a, **_k):
+        raise StoreError("permission denied for table exp_effects")
+
+    monkeypatch.setattr(writeback, "write_campaign_experience", refuse)
+    said: list[str] = []
+    engine = SimpleNamespace(progress=said.append)
+    artifacts._write_experience(engine, SimpleNamespace(id=3), {"reference": {"step_time_s": 1.0}})
+    assert said == ["[3] experience write-back refused: permission denied for table exp_effects"]
