@@ -29,6 +29,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: p(fit) below which a start is hedged against an OOM first
 SAFE_FIT = 0.8
+#: a setting is hedged against a crash or rejection only when its prior |effect| is this many gates
+AGGRESSIVE = 2.0
 #: hedges per start, in slot order: (start index, hedge rank) after each start
 HEDGE_PLAN: tuple[tuple[tuple[int, int], ...], ...] = (((0, 0),), (), ((0, 1), (1, 0)))
 
@@ -41,7 +43,9 @@ def hedges_of(ctrl: "SearchController", start: Candidate, limit: int = 2) -> lis
       completion would propose after the OOM;
     * then the crash/rejection hedges: its settings by falling risk (prior |effect|, then canonical
       order), each switched to the knob's best other value by posterior mean (the reference last), as
-      the conflict revert does; these must fit at least as likely as ``start`` (up to :data:`SAFE_FIT`).
+      the conflict revert does, only for settings whose prior |effect| is at least :data:`AGGRESSIVE`
+      gates (a space of mild levers has no prime suspect, and a hedge would only displace a trust-region
+      pick); these must fit at least as likely as ``start`` (up to :data:`SAFE_FIT`).
 
     Every hedge must be legal, not blocked by the failure ledger, fit with p >= 0.5 and be predicted to
     clear the measured incumbent by the gate, so it is worth a slot on its own."""
@@ -72,6 +76,9 @@ def hedges_of(ctrl: "SearchController", start: Candidate, limit: int = 2) -> lis
     done: set[str] = set()
     for alt, _, p in switches:
         knob = next(k for k in ctrl.space.knobs if alt.value(k.name) != start.value(k.name))
+        setting = next(x for x in start.settings(ctrl.space) if x[0] == knob.name)
+        if abs(ctrl.ledger.risk(setting)) < AGGRESSIVE * ctrl.gate:
+            break  # settings by falling risk: the rest are too mild to be a failure's prime suspect
         if knob.name in done or p < min(p_start, SAFE_FIT):
             continue
         done.add(knob.name)
