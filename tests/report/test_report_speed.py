@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import make_promoted_result
+from tests.report.conftest import make_promoted_result
 
 from infrarsi.controller.report.markdown import render_report
 from infrarsi.verifier.speed import pool_noise

@@ -18,7 +18,7 @@ from infrarsi.controller.search.runner import run_search
 from infrarsi.controller.search.space import Candidate, Outcome
 from infrarsi.controller.search.strategies import make_strategy
 
-from conftest import make_noise, toy_evaluate, toy_space
+from tests.search.conftest import make_noise, toy_evaluate, toy_space
 
 ROOT = Path(__file__).resolve().parents[2]
 

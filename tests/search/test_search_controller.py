@@ -12,7 +12,7 @@ from infrarsi.controller.search.promotion import decide_promotion
 from infrarsi.controller.search.runner import run_search
 from infrarsi.controller.search.space import Candidate, KnobSpec, Outcome, SearchSpace
 
-from conftest import make_noise, toy_evaluate, toy_space
+from tests.search.conftest import make_noise, toy_evaluate, toy_space
 
 
 def ctrl_for(space=None, **kw) -> SearchController:

@@ -9,7 +9,7 @@ from infrarsi.controller.search.benchmark import run_benchmark
 from infrarsi.controller.search.controller import SearchController
 from infrarsi.controller.search.landscape import load_landscape
 
-from conftest import make_noise, toy_evaluate, toy_space
+from tests.search.conftest import make_noise, toy_evaluate, toy_space
 
 ROOT = Path(__file__).resolve().parents[2]
 
