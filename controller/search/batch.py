@@ -10,7 +10,7 @@ for a start that may not fit, its fastest variant that does; then the start with
 switched to the knob's best other value (the revert of
 :func:`infrarsi.controller.search.proposals.on_crash`; risk is the failure ledger's own measure, the
 prior |effect| of the setting, so the most aggressive setting is suspected first).  The first slots are
-filled start 1, hedge 1 of start 1, start 2, the contrarian probe, start 3, hedge 2 of start 1, hedge 1
+filled start 1, hedge 1 of start 1, start 2, hedge 2 of start 1, the contrarian probe, start 3, hedge 1
 of start 2, so a failure of start 1 already has its fallback running and no start is pushed out of the first slots.
 
 Only busy starts are hedged: with nothing busy (``q = 1``) this yields exactly the starts, so the
@@ -31,8 +31,10 @@ if TYPE_CHECKING:  # pragma: no cover
 SAFE_FIT = 0.8
 #: a setting is hedged against a crash or rejection only when its prior |effect| is this many gates
 AGGRESSIVE = 2.0
+#: the start (index) after whose hedges, with anything busy, the contrarian probe comes
+PROBES_AFTER = 1
 #: hedges per start, in slot order: (start index, hedge rank) after each start
-HEDGE_PLAN: tuple[tuple[tuple[int, int], ...], ...] = (((0, 0),), (), ((0, 1), (1, 0)))
+HEDGE_PLAN: tuple[tuple[tuple[int, int], ...], ...] = (((0, 0),), ((0, 1),), ((1, 0),))
 
 
 def hedges_of(ctrl: "SearchController", start: Candidate, limit: int = 2) -> list[Candidate]:
@@ -91,7 +93,8 @@ def starts_and_hedges(ctrl: "SearchController", busy: set[Candidate],
                       probes: Callable[[], Iterable[tuple[str, Candidate]]] = lambda: ()) -> Iterator[tuple[str, Candidate]]:
     """The starts in order, each followed by the hedges :data:`HEDGE_PLAN` places after it; a hedge only
     while its start is busy (asked, not yet told).  With anything busy, ``probes()`` (the contrarian
-    probe) comes right after the second start's hedges, so hedges never push it out of the first slots."""
+    probe) comes right after the hedges that follow the second start, so hedges never push it far from
+    the first slots."""
     cache: dict[int, list[Candidate]] = {}
     for i, start in enumerate(ctrl.starts):
         yield "start", start
@@ -102,5 +105,5 @@ def starts_and_hedges(ctrl: "SearchController", busy: set[Candidate],
                 cache[j] = hedges_of(ctrl, ctrl.starts[j])
             if rank < len(cache[j]):
                 yield "hedge", cache[j][rank]
-        if i == 1 and busy:
+        if i == PROBES_AFTER and busy:
             yield from probes()

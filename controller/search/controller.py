@@ -276,7 +276,9 @@ class SearchController:
         followers = int(self.tune["believe_followers"])
 
         def crowded(c: Candidate) -> bool:
-            return sum(1 for o in fc if o != c and int((rows[o] != rows[c]).sum()) <= radius) >= followers
+            # one-knob variants of a start are its hedges (controller/search/batch.py), not followers
+            near = 2 if c in self.starts else 1
+            return sum(1 for o in fc if o != c and near <= int((rows[o] != rows[c]).sum()) <= radius) >= followers
 
         believed = [(float(m), c.signature, c) for m, p, c in zip(fmu, fp, fc)
                     if c.patches == self.incumbent.patches and p >= 0.5 and m >= self.incumbent_y + self.gate
