@@ -58,7 +58,7 @@ class StubOpenAI:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with stub._lock:
                     stub.seen.append(Seen({k.lower(): v for k, v in self.headers.items()}, json.loads(raw or b"{}")))
-                    reply = stub.script.pop(0) if stub.script else Reply(status=500, content="script exhausted")
+                    reply = stub.next_reply(stub.seen[-1])
                     stub.active += 1
                     stub.max_active = max(stub.max_active, stub.active)
                 try:
@@ -98,6 +98,11 @@ class StubOpenAI:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def next_reply(self, seen: Seen) -> Reply:
+        """The reply to the request just seen (called under the lock): the script's next, 500 once it is
+        exhausted.  Subclasses script differently (tests/campaign/stub_llm.py)."""
+        return self.script.pop(0) if self.script else Reply(status=500, content="script exhausted")
 
     @property
     def base_url(self) -> str:
