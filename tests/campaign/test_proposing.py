@@ -15,6 +15,7 @@ from infrarsi.controller.campaign.searchglue import search_space
 from infrarsi.controller.contract.loader import load_contract
 from infrarsi.controller.proposers.spec import ProposersSpec
 from tests.campaign.engine_world import World, make_world, run_until
+from tests.campaign.helpers import git_env
 from tests.campaign.stub_llm import StubLLM, edit_diff, proposal
 
 
@@ -22,7 +23,7 @@ def _contract_with(world: World, section: str) -> None:
     """Rewrite the toy contract with a ``proposers:`` section (and commit it: it is a frozen file)."""
     path = world.repo / "infrarsi.yaml"
     path.write_text(path.read_text() + section)
-    subprocess.run(["git", "-C", str(world.repo), "commit", "-qam", "proposers"], check=True)
+    subprocess.run(["git", "-C", str(world.repo), "commit", "-qam", "proposers"], check=True, env=git_env())
 
 
 def _good_patch(repo: Path, tag: str = "harmless") -> str:
