@@ -39,6 +39,7 @@ from infrarsi.controller.contract.model import Contract
 from infrarsi.controller.errors import InfrarsiError
 from infrarsi.controller.executors.base import Executor
 from infrarsi.controller.store.records import Ingest, TrialRecord
+from infrarsi.controller.store.stage_records import Scope
 from infrarsi.verifier.receipt import Receipt
 from infrarsi.verifier.spec import JudgeSpec
 
@@ -114,15 +115,15 @@ class _Campaign:
         self.master = master
         self.contract: Contract = load_contract(w.contract_path)
         self.digest = contract_digest(self.contract)
-        self.scope: dict[str, Any] = {}
+        self.scope: Scope | None = None
         self.spec: JudgeSpec | None = None
 
     def lock(self) -> dict[str, str]:
         """lock_scope with patch intake; returns the refused patches (InfrarsiError propagates)."""
-        self.scope = lock_scope(self.w.repo, self.contract, self.digest)
-        self.scope["judge_spec"] = judge_spec_dict(self.contract, self.scope)
-        self.spec = JudgeSpec.from_dict(self.scope["judge_spec"])
-        return dict(self.scope.get("refused_patches") or {})
+        scope = Scope(**lock_scope(self.w.repo, self.contract, self.digest))
+        self.scope = scope.replace(judge_spec=judge_spec_dict(self.contract, scope))
+        self.spec = JudgeSpec.from_dict(self.scope.judge_spec)
+        return dict(self.scope.refused_patches)
 
     def intake_only(self) -> dict[str, str]:
         """Patch intake alone (when the scope lock refused the campaign, its patches are still judged)."""
@@ -138,8 +139,14 @@ class _Campaign:
         config = self.contract.reference_config
         plan = render_launch(self.contract, config)
         src, _ = trial_dirs(self.w.campaign, key)
-        return prepare_source(self.w.repo, self.scope["commit"], src, [(n, self.scope["patches"][n]) for n in patches],
-                              plan.config_edits, self.scope.get("prefix", ""))
+        scope = self._locked()
+        return prepare_source(self.w.repo, scope.commit, src, [(n, scope.patches[n]) for n in patches],
+                              plan.config_edits, scope.prefix)
+
+    def _locked(self) -> Scope:
+        if self.scope is None:
+            raise InfrarsiError("the adversarial campaign has no scope: lock() it first")
+        return self.scope
 
     def run(self, stage: str, patches: list[str], refs: list[Receipt]) -> _Trial:
         """Launch one trial, wait for the executor to report it finished, ingest it like the engine does."""
@@ -150,7 +157,7 @@ class _Campaign:
         except InfrarsiError as exc:
             return _Trial(None, None, out, error=str(exc))
         config = self.contract.reference_config
-        spec = build_spec(self.contract, self.scope, config, key, workdir, out, self.master, None)
+        spec = build_spec(self.contract, self._locked(), config, key, workdir, out, self.master, None)
         handle = self.ex.submit(spec)
         deadline = time.monotonic() + TRIAL_TIMEOUT_S
         while True:
@@ -282,7 +289,7 @@ class _Database:
 def _attack(camp: _Campaign, case: Case, obs: Observation, refs: list[Receipt], db: _Database | None) -> None:
     """Launch the attack trial and gather the case-specific evidence."""
     w = camp.w
-    attack = [n for n in camp.scope["patches"]]
+    attack = list(camp.scope.patches) if camp.scope else []
     if not attack:
         return  # every attack patch was refused at intake
     t = camp.run("search", attack, refs)

@@ -15,22 +15,24 @@ from typing import Any
 from infrarsi.controller.campaign.scope import changed_since_lock, git
 from infrarsi.controller.contract.launch import apply_config_edits, config_target
 from infrarsi.controller.errors import PatchError, ScopeError
+from infrarsi.controller.store.stage_records import Scope, as_scope
 
 PROMOTED_FILE = "infrarsi.promoted.yaml"
 
 
-def apply_result(repo: Path, scope: dict[str, Any], result: dict[str, Any], pack_text: str,
+def apply_result(repo: Path, scope: Scope | dict[str, Any], result: dict[str, Any], pack_text: str,
                  branch: str | None = None) -> dict[str, Any]:
-    """Apply the promoted candidate of ``result`` to ``repo``; returns what was written."""
+    """Apply the promoted candidate of ``result`` (result.json) to ``repo``; returns what was written."""
+    scope = as_scope(scope)
     if branch and git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False).strip():
         raise ScopeError(f"branch {branch} already exists in {repo}")
     changed = changed_since_lock(repo, scope)
     if changed:
-        raise ScopeError(f"{changed[0]} changed since init (locked at {str(scope.get('commit'))[:10]}): "
+        raise ScopeError(f"{changed[0]} changed since init (locked at {scope.commit[:10]}): "
                          f"refusing to apply; start a new campaign")
     promoted = result.get("promoted")
     patches = list(promoted["patches"]) if promoted else []
-    texts = [(p, scope["patches"][p]) for p in patches]
+    texts = [(p, scope.patches[p]) for p in patches]
     edits = _config_edits(pack_text)
     for rel in edits:  # refuse a config file that leads out of the repo before anything is written
         config_target(repo, rel)
@@ -40,7 +42,7 @@ def apply_result(repo: Path, scope: dict[str, Any], result: dict[str, Any], pack
     if branch:
         start = git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip()
         git(repo, "checkout", "-q", "-b", branch)
-    prefix = str(scope.get("prefix") or "").rstrip("/")
+    prefix = scope.prefix.rstrip("/")
     for name, text in texts:
         args = ["apply", "--whitespace=nowarn"] + (["--index"] if branch else [])
         args += ([f"--directory={prefix}"] if prefix else []) + ["-"]

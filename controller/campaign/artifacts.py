@@ -11,13 +11,14 @@ import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from infrarsi.controller.campaign.budget import concurrency
 from infrarsi.controller.contract.checks import complete_config
 from infrarsi.controller.contract.launch import render_launch
 from infrarsi.controller.contract.model import Contract
 from infrarsi.controller.store.records import CampaignRecord
+from infrarsi.controller.store.stage_records import Scope, as_scope, doctor_or_none, result_of, scope_or_none
 from infrarsi.verifier.judge import INVARIANTS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,12 +31,13 @@ MFU_FORMULA = ("MFU = (tokens per update / step time) x flops_per_token / (devic
                "peak = dense BF16 peak per GPU")
 
 
-def flops_per_token_of(contract: Contract, doctor: dict[str, Any]) -> tuple[float | None, str | None]:
+def flops_per_token_of(contract: Contract, header_extra: Mapping[str, Any]) -> tuple[float | None, str | None]:
     """FLOPs per token for MFU and where it came from: the contract's ``workload.flops_per_token`` first, else the
-    reference receipt header's ``extra.flops_per_token``; ``(None, None)`` when neither states it."""
+    reference receipt header's ``extra.flops_per_token`` (``header_extra``, :attr:`Doctor.header_extra`);
+    ``(None, None)`` when neither states it."""
     if contract.workload.flops_per_token:
         return float(contract.workload.flops_per_token), "contract (workload.flops_per_token)"
-    fpt = (doctor.get("header_extra") or {}).get("flops_per_token")
+    fpt = header_extra.get("flops_per_token")
     try:
         value = float(fpt) if fpt is not None else None
     except (TypeError, ValueError):
@@ -63,7 +65,7 @@ def _changed_passed(contract: Contract, changed: dict[str, list[Any]]) -> dict[s
     return {k: [names[k].rendered(v) if k in names else str(v) for v in pair] for k, pair in changed.items()}
 
 
-def combined_diff(repo: Path, scope: dict[str, Any], patches: list[str]) -> str:
+def combined_diff(repo: Path, scope: Scope | dict[str, Any], patches: list[str]) -> str:
     """One unified diff of ``patches`` applied in order to the locked commit (paths relative to the target repo),
     so it applies in one ``git apply`` even when several patches touch the same file; files a patch creates are
     included.  Built in a scratch export with a private git directory (nothing is written to ``repo`` and none of
@@ -74,22 +76,23 @@ def combined_diff(repo: Path, scope: dict[str, Any], patches: list[str]) -> str:
 
     if not patches:
         return ""
-    prefix = str(scope.get("prefix") or "").rstrip("/")
-    with scratch_tree(repo, scope["commit"], prefix) as (workdir, env):
-        apply_patches(workdir, [(p, scope["patches"][p]) for p in patches])
+    scope = as_scope(scope)
+    prefix = scope.prefix.rstrip("/")
+    with scratch_tree(repo, scope.commit, prefix) as (workdir, env):
+        apply_patches(workdir, [(p, scope.patches[p]) for p in patches])
         src = Path(env["GIT_WORK_TREE"])
         git(src, "add", "--all", "--force", env=env)  # --force: a created file matching .gitignore counts too
         return git(src, "diff", "--cached", "--no-ext-diff", "--no-textconv", "--no-color",
-                   *([f"--relative={prefix}"] if prefix else []), scope["commit"], "--", env=env)
+                   *([f"--relative={prefix}"] if prefix else []), scope.commit, "--", env=env)
 
 
 def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
     """Collect everything REPORT.md and apply need, from the store and the rebuilt search controller."""
     store = engine.store
     contract = engine.contract(c)
-    scope, doctor, res = c.scope or {}, c.doctor or {}, c.result or {}
+    scope, doctor, res = scope_or_none(c), doctor_or_none(c), result_of(c)
     ref_full = complete_config(contract, contract.reference_config) or contract.reference_config
-    t0 = doctor.get("t0")
+    t0 = doctor.t0 if doctor else None
     obs = store.observations(c.id)
     trials_json: list[dict[str, Any]] = []
     cum = 0.0
@@ -120,7 +123,7 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
             "first_failed_layer": o.first_failed_layer if o else None, "accepted": bool(o and o.accepted),
             "isolation": ((o.details or {}).get("isolation") or {}).get("mode") if o else None,
         })
-    promo = res.get("promotion") or {}
+    promo = res.promotion or {}
     cand = promo.get("candidate")
     promoted = None
     speedup = float(c.delivered_speedup or 1.0)
@@ -133,7 +136,7 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
         promoted = {
             "config": full, "changed": _changed(ref_full, full), "patches": cand["patches"],
             "changed_passed": _changed_passed(contract, _changed(ref_full, full)),
-            "diff": combined_diff(Path(c.repo_path), scope, cand["patches"]),
+            "diff": combined_diff(Path(c.repo_path), scope, cand["patches"]) if scope else "",
             "step_time_s": sorted(times)[len(times) // 2] if times else None, "speedup": speedup,
             "verdicts": [v.__dict__ for v in verdicts],
         }
@@ -142,7 +145,7 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
             g = promo["speed_reproduces"]
             promoted["verdicts"].append({"invariant": g["name"], "layer": g["layer"], "status": g["status"],
                                          "required": True, "reason": g["reason"]})
-    fpt, fpt_source = flops_per_token_of(contract, doctor)
+    fpt, fpt_source = flops_per_token_of(contract, doctor.header_extra if doctor else {})
     mfu = None
     if fpt and t0 and on_gpu:  # no GPU, no GPU peak: MFU is not computed for CPU trials
         tpu = contract.workload.tokens_per_update
@@ -166,7 +169,8 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
     return {
         "schema": "infrarsi.result/1",
         "campaign": {"id": c.id, "name": c.name, "owner": c.owner, "state": c.state,
-                     "contract_digest": c.contract_digest, "repo": c.repo_path, "commit": scope.get("commit"),
+                     "contract_digest": c.contract_digest, "repo": c.repo_path,
+                     "commit": scope.commit if scope else None,
                      "executor": c.executor, "created_at": c.created_at.isoformat(),
                      "device": "gpu" if on_gpu else "cpu", "sbatch": c.sbatch or {},
                      "finished_at": datetime.now(timezone.utc).isoformat()},
@@ -176,23 +180,25 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
         "noise_bound": promo.get("noise"),
         "invariant_count": len(INVARIANTS),
         "reason": promo.get("reason", ""),
-        "reference": {"config": ref_full, "step_time_s": t0, "sigma_pair": doctor.get("sigma_pair"),
-                      "promotion_margin": doctor.get("promotion_margin"), "big_knob_gate": doctor.get("big_knob_gate"),
-                      "phases": doctor.get("phases") or {}, "peak_mem_gib": doctor.get("reference_peak_mem_gib"),
-                      "reference_window_means": doctor.get("reference_window_means") or []},
+        "reference": {"config": ref_full, "step_time_s": t0, "sigma_pair": doctor.sigma_pair if doctor else None,
+                      "promotion_margin": doctor.promotion_margin if doctor else None,
+                      "big_knob_gate": doctor.big_knob_gate if doctor else None,
+                      "phases": dict(doctor.phases) if doctor else {},
+                      "peak_mem_gib": doctor.reference_peak_mem_gib if doctor else None,
+                      "reference_window_means": list(doctor.reference_window_means) if doctor else []},
         "promoted": promoted,
-        "experience": doctor.get("experience_coverage") or {},
+        "experience": (doctor.experience_coverage if doctor else None) or {},
         "mfu": mfu,
         "mfu_omitted": None if on_gpu else "CPU trials: there is no GPU peak to measure MFU against",
         "trials": trials_json,
         "rejections_by_layer": rejections,
-        "refused_patches": scope.get("refused_patches") or {},
+        "refused_patches": dict(scope.refused_patches) if scope else {},
         "cost": {"by_stage": by_stage, "total_gpu_hours": total, "failed_gpu_hours": failed,
                  "rejected_gpu_hours": rejected_h, "budget_gpu_hours": c.budget_gpu_hours, **cpu,
                  "unit": "GPU" if on_gpu else "CPU",
                  "share_of_budget": (total + cpu["total_cpu_hours"]) / c.budget_gpu_hours
                  if c.budget_gpu_hours else None,
-                 "at_search_stop": res.get("budget_at_search_stop")},
+                 "at_search_stop": res.budget_at_search_stop},
         "concurrency": concurrency([(t.start_time, t.end_time) for t in store.list_trials(c.id, stages=["search"])]),
         "proposers": _proposers(engine, c),
         "memory_table": memory_table,

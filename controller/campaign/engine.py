@@ -39,6 +39,8 @@ from infrarsi.controller.search.space import Candidate
 from infrarsi.controller.settings import Settings
 from infrarsi.controller.store.base import Store
 from infrarsi.controller.store.records import CampaignRecord, TrialRecord
+from infrarsi.controller.store.stage_records import (Doctor, PlanCandidate, Scope, doctor_of, doctor_or_none,
+                                                     result_of, scope_of, scope_or_none)
 from infrarsi.surrogate.noise import calibrate
 from infrarsi.verifier.receipt import Receipt, load_receipt
 from infrarsi.verifier.spec import JudgeSpec
@@ -88,9 +90,10 @@ class CampaignEngine:
         return self._contracts[c.id]
 
     def judge_spec(self, c: CampaignRecord) -> JudgeSpec:
-        d = dict((c.scope or {}).get("judge_spec") or {})
-        if c.doctor:
-            d["sigma_pair"] = c.doctor["sigma_pair"]
+        scope, doctor = scope_or_none(c), doctor_or_none(c)
+        d = dict(scope.judge_spec) if scope else {}
+        if doctor:
+            d["sigma_pair"] = doctor.sigma_pair
         return JudgeSpec.from_dict(d)
 
     def launch_of(self, c: CampaignRecord) -> Launch:
@@ -199,7 +202,8 @@ class CampaignEngine:
     def _describe(self, c: CampaignRecord, t: TrialRecord, ing: Any) -> str:
         knobs = config_string(self.contract(c), t.config)
         patches = f" +{'+'.join(t.patches)}" if t.patches else ""
-        t0 = (c.doctor or {}).get("t0")
+        doctor = doctor_or_none(c)
+        t0 = doctor.t0 if doctor else None
         speed = f" {ing.step_time_s * 1000:.1f} ms/update" if ing.step_time_s else ""
         if ing.step_time_s and t0:
             speed += f" ({t0 / ing.step_time_s:.2f}x)"
@@ -233,21 +237,21 @@ class CampaignEngine:
     def _launch(self, c: CampaignRecord, t: TrialRecord) -> None:
         """Launch (or adopt) the job of a trial recorded as ``intent``."""
         contract = self.contract(c)
-        scope = c.scope or {}
+        scope = scope_of(c)
         src, _ = trial_dirs(Path(c.workdir), t.trial_key)
         out = Path(t.outdir)
         ex = self.executor(t.executor)
         adopt = getattr(ex, "adopt", None)
         handle = adopt(t.trial_key, out) if adopt is not None else None
         if handle is None:
-            patches = [(name, scope["patches"][name]) for name in t.patches]
+            patches = [(name, scope.patches[name]) for name in t.patches]
             config = contract.reference_config | t.config
             from infrarsi.controller.contract.launch import render_launch
 
             plan = render_launch(contract, config)
             try:
-                workdir = prepare_source(Path(c.repo_path), scope["commit"], src, patches, plan.config_edits,
-                                         scope.get("prefix", ""), inputs=scope.get("inputs"))
+                workdir = prepare_source(Path(c.repo_path), scope.commit, src, patches, plan.config_edits,
+                                         scope.prefix, inputs=scope.inputs)
             except PatchError as exc:  # blamed on the patch set, not the campaign: recorded as a failed trial
                 self.store.mark_finished(t.id, "crash", f"patch conflict: {exc}", None, None)
                 return
@@ -288,14 +292,15 @@ class CampaignEngine:
         digest = contract_digest(contract)
         if digest != c.contract_digest:
             raise InfrarsiError(f"contract digest {digest[:12]} does not match the submitted {c.contract_digest[:12]}")
-        scope = lock_scope(Path(c.repo_path), contract, digest)
-        scope["judge_spec"] = judge_spec_dict(contract, scope)
-        scope["inputs"] = lock_scope_inputs(Path(c.repo_path), contract, scope, Path(c.workdir), self.settings)
+        scope = Scope(**lock_scope(Path(c.repo_path), contract, digest))
+        scope = scope.replace(judge_spec=judge_spec_dict(contract, scope))
+        scope = scope.replace(inputs=lock_scope_inputs(Path(c.repo_path), contract, scope, Path(c.workdir),
+                                                       self.settings))
         Path(c.workdir).mkdir(parents=True, exist_ok=True)
-        self.store.update_campaign(c.id, scope=scope, state="doctor")
-        refused = scope.get("refused_patches") or {}
-        self.progress(f"[{c.id}] init: locked {len(scope['frozen'])} frozen and {len(scope['editable'])} editable "
-                      f"files at {scope['commit'][:10]}; {len(scope['patches'])} patches accepted, "
+        self.store.update_campaign(c.id, scope=scope.dump(), state="doctor")
+        refused = scope.refused_patches
+        self.progress(f"[{c.id}] init: locked {len(scope.frozen)} frozen and {len(scope.editable)} editable "
+                      f"files at {scope.commit[:10]}; {len(scope.patches)} patches accepted, "
                       f"{len(refused)} refused")
         for name, why in refused.items():
             self.progress(f"[{c.id}] patch refused: {why}")
@@ -338,10 +343,11 @@ class CampaignEngine:
             "reference_peak_mem_gib": max(peaks) if peaks else None,
             "header_extra": obs[ok[0].id].details.get("header_extra") or {},
         }
-        doctor.update(self._experience_snapshot(c, contract, doctor["header_extra"]))
-        doctor.update(proposing.runner_of(self).doctor_priors(c, doctor))  # proposers' knob priors, frozen here
-        self.store.update_campaign(c.id, doctor=doctor, state="run")
-        self.progress(f"[{c.id}] doctor: reference {doctor['t0'] * 1000:.1f} ms/update, sigma_pair "
+        record = Doctor(**doctor)
+        record = record.replace(**self._experience_snapshot(c, contract, record.header_extra))
+        record = record.replace(**proposing.runner_of(self).doctor_priors(c, record))  # proposers' priors, frozen
+        self.store.update_campaign(c.id, doctor=record.dump(), state="run")
+        self.progress(f"[{c.id}] doctor: reference {record.t0 * 1000:.1f} ms/update, sigma_pair "
                       f"{noise.sigma_pair:.4f}, promotion margin {noise.promotion_margin * 100:.2f}%")
 
     def _experience_snapshot(self, c: CampaignRecord, contract: Contract,
@@ -355,9 +361,10 @@ class CampaignEngine:
     def controller(self, c: CampaignRecord) -> Any:
         """The search controller rebuilt from the store (public for reports)."""
         contract = self.contract(c)
-        return searchglue.rebuild_controller(contract, c.scope or {}, c.doctor or {}, c.seed,
+        doctor = doctor_of(c)
+        return searchglue.rebuild_controller(contract, scope_of(c), doctor, c.seed,
                                              self.store.list_trials(c.id), self.store.observations(c.id),
-                                             experience=(c.doctor or {}).get("experience"))
+                                             experience=doctor.experience)
 
     def _state_run(self, c: CampaignRecord) -> None:
         trials = self.store.list_trials(c.id, stages=["search"])
@@ -380,21 +387,21 @@ class CampaignEngine:
                 out_of_budget = not live and not proposers.busy(c.id)
         if not live and out_of_budget:
             money = self.budget(c)
-            self.store.update_campaign(c.id, state="verify",
-                                       result={**(c.result or {}), "budget_at_search_stop": money.to_dict()})
+            result = result_of(c).replace(budget_at_search_stop=money.to_dict())
+            self.store.update_campaign(c.id, state="verify", result=result.dump())
             self.progress(f"[{c.id}] search done after {len(trials)} trials ({money.describe()}); "
                           f"verifying back to back")
 
-    def _promotion_plan(self, c: CampaignRecord) -> list[dict[str, Any]]:
-        result = c.result or {}
-        if "plan" in result:
-            return result["plan"]
+    def _promotion_plan(self, c: CampaignRecord) -> list[PlanCandidate]:
+        result = result_of(c)
+        if result.plan is not None:
+            return result.plan
         contract = self.contract(c)
         ctrl = self.controller(c)
         cands = ctrl.promotion_candidates(contract.verification.promotion_candidates)
-        plan = [{"config": cand.as_dict(), "patches": sorted(cand.patches), "signature": cand.signature}
+        plan = [PlanCandidate(config=cand.as_dict(), patches=sorted(cand.patches), signature=cand.signature)
                 for cand in cands]
-        self.store.update_campaign(c.id, result={**result, "plan": plan})
+        self.store.update_campaign(c.id, result=result.replace(plan=plan).dump())
         return plan
 
     def _state_verify(self, c: CampaignRecord) -> None:
@@ -404,9 +411,9 @@ class CampaignEngine:
         order: list[tuple[str, Candidate, str]] = []
         reference = Candidate.from_dict(searchglue.free_config(contract, contract.reference_config))
         for p in plan:
-            cand = Candidate.from_dict(p["config"], p["patches"])
+            cand = Candidate.from_dict(p.config, p.patches)
             for i in range(pairs):
-                group = f"{p['signature'][:16]}:{i}"
+                group = f"{p.signature[:16]}:{i}"
                 order += [("ref", reference, group), ("cand", cand, group)]
         done = self.store.list_trials(c.id, stages=["promotion"])
         if any(t.live or t.status == "finished" for t in done):
@@ -417,15 +424,14 @@ class CampaignEngine:
             return
         self._finish_verify(c, plan, done)
 
-    def _finish_verify(self, c: CampaignRecord, plan: list[dict[str, Any]], done: list[TrialRecord]) -> None:
+    def _finish_verify(self, c: CampaignRecord, plan: list[PlanCandidate], done: list[TrialRecord]) -> None:
         from infrarsi.controller.campaign.promotion import decide
 
         obs = self.store.observations(c.id)
         ctrl = self.controller(c)
         promo, details = decide(ctrl, plan, done, obs)
-        result = dict(c.result or {})
-        result["promotion"] = details
-        self.store.update_campaign(c.id, result=result, delivered_speedup=promo.speedup, state="report")
+        result = result_of(c).replace(promotion=details)
+        self.store.update_campaign(c.id, result=result.dump(), delivered_speedup=promo.speedup, state="report")
         self.progress(f"[{c.id}] verify: delivered {promo.speedup:.3f}x — {promo.reason}")
 
     def _state_report(self, c: CampaignRecord) -> None:

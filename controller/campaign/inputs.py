@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from infrarsi.controller.errors import ScopeError
+from infrarsi.controller.store.stage_records import Scope
 
 MANIFEST_DIR = "inputs"
 
@@ -314,12 +315,12 @@ def make_mount_points(src: Path, workdir: Path, items: Iterable[dict[str, Any]] 
 
 
 
-def lock_scope_inputs(repo: Path, contract: Any, scope: dict[str, Any], workdir: Path, settings: Any) -> list[dict[str, Any]]:
+def lock_scope_inputs(repo: Path, contract: Any, scope: Scope, workdir: Path, settings: Any) -> list[dict[str, Any]]:
     """:func:`lock_inputs` for ``init``: the files trials take from the commit are the scope's frozen and editable
     files plus every config knob's file; no input may overlap ``settings.home``, ``settings.scratch`` or the key."""
     from infrarsi.controller.contract.model import ConfigApply
 
-    locked = [*scope.get("frozen", {}), *scope.get("editable", [])]
+    locked = [*scope.frozen, *scope.editable]
     locked += [app.file for k in contract.knobs if isinstance(app := k.applier(), ConfigApply)]
     forbidden = [p for p in (getattr(settings, "home", None), getattr(settings, "scratch", None),
                              getattr(settings, "key_file", None)) if p is not None]

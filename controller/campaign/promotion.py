@@ -17,6 +17,7 @@ from typing import Any, Sequence
 from infrarsi.controller.search.promotion import decide_promotion_detailed, search_evidence
 from infrarsi.controller.search.space import Candidate, Promotion
 from infrarsi.controller.store.records import ObservationRecord, TrialRecord
+from infrarsi.controller.store.stage_records import PlanCandidate
 from infrarsi.verifier.judge import speed_reproduces
 
 
@@ -26,7 +27,7 @@ STATISTIC = ("speedup = exp(mean over back-to-back pairs of ln(T_ref / T_cand));
              "exp(2 * sigma_bound) - 1, sigma_bound = max(90% upper bound of sigma_pair, 0.5%)")
 
 
-def decide(ctrl: Any, plan: list[dict[str, Any]], done: Sequence[TrialRecord],
+def decide(ctrl: Any, plan: Sequence[PlanCandidate], done: Sequence[TrialRecord],
            obs: dict[int, ObservationRecord]) -> tuple[Promotion, dict[str, Any]]:
     """``(promotion, details)`` where details is JSON for result.json (pairs, gate item, rejections)."""
     groups: dict[str, dict[str, TrialRecord]] = {}
@@ -38,9 +39,9 @@ def decide(ctrl: Any, plan: list[dict[str, Any]], done: Sequence[TrialRecord],
     rejected: list[str] = []
     pairs_json: list[dict[str, Any]] = []
     for p in plan:
-        cand = Candidate.from_dict(p["config"], p["patches"])
+        cand = Candidate.from_dict(p.config, p.patches)
         for key, g in sorted(groups.items()):
-            if not key.startswith(p["signature"][:16]) or "ref" not in g or "cand" not in g:
+            if not key.startswith(p.signature[:16]) or "ref" not in g or "cand" not in g:
                 continue
             r, k = g["ref"], g["cand"]
             ro, ko = obs.get(r.id), obs.get(k.id)
@@ -51,7 +52,7 @@ def decide(ctrl: Any, plan: list[dict[str, Any]], done: Sequence[TrialRecord],
             if r.outcome == "ok" and k.outcome == "ok" and ro and ko and ro.step_time_s and ko.step_time_s:
                 reruns.setdefault(cand, []).append((ro.step_time_s, ko.step_time_s))
             elif k.outcome == "rejected":
-                rejected.append(f"{p['signature'][:10]}: {k.reason}")
+                rejected.append(f"{p.signature[:10]}: {k.reason}")
     evidence = None
     if not plan:
         promo = Promotion(None, 1.0, "no verified candidate beat the reference during the search")

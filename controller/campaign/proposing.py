@@ -47,6 +47,7 @@ from infrarsi.controller.contract.model import Contract
 from infrarsi.controller.errors import InfrarsiError, PatchError, one_line
 from infrarsi.controller.proposers.spec import FolderSpec, ProposersSpec
 from infrarsi.controller.store.records import CampaignRecord, TrialRecord
+from infrarsi.controller.store.stage_records import Doctor, Scope, doctor_or_none, result_of, scope_of, scope_or_none
 
 if TYPE_CHECKING:  # pragma: no cover
     from infrarsi.controller.campaign.engine import CampaignEngine
@@ -144,11 +145,11 @@ class ProposerRunner:
 
         contract = self.engine.contract(c)
         spec = self.spec(contract)
-        scope = c.scope or {}
+        scope = scope_of(c)
         base = Path(c.workdir) / "proposers"
         base.mkdir(parents=True, exist_ok=True)
         src = base / "src"
-        workdir = prepare_source(Path(c.repo_path), scope["commit"], src, [], {}, scope.get("prefix", ""))
+        workdir = prepare_source(Path(c.repo_path), scope.commit, src, [], {}, scope.prefix)
         try:
             proposers = build_proposers(spec, contract=contract, repo=Path(workdir), workdir=base / "scratch",
                                         isolation=isolation_mode())
@@ -190,7 +191,7 @@ class ProposerRunner:
                 self._pool = None
 
     # ---------------------------------------------------------------- doctor
-    def doctor_priors(self, c: CampaignRecord, doctor: dict[str, Any]) -> dict[str, Any]:
+    def doctor_priors(self, c: CampaignRecord, doctor: Doctor) -> dict[str, Any]:
         """Ask every prior-giving proposer (in parallel, at most ``max_concurrent`` at once), record each request in
         the ledger and return the doctor-record keys ``proposer_priors`` (merged rows) and
         ``proposer_priors_dropped`` (one line per prior that named no searched knob value)."""
@@ -208,7 +209,7 @@ class ProposerRunner:
             outcomes += [f.result() for f in futs]
         for o in outcomes:
             self._ledger(c, o, "doctor", "priors")
-        rows, dropped = merge_priors(contract, outcomes, doctor.get("reference_peak_mem_gib"))
+        rows, dropped = merge_priors(contract, outcomes, doctor.reference_peak_mem_gib)
         for o in outcomes:
             self.engine.progress(f"[{c.id}] proposer {o.proposer}: {'ok' if o.ok else 'failed'}"
                                  f"{' — ' + o.reason if o.reason else ''}")
@@ -237,8 +238,7 @@ class ProposerRunner:
         why = ctrl.patch_request(busy)
         if why is None:
             return False
-        scope = self.engine.store.get_campaign(c.id).scope or {}
-        rounds = scope.get("proposal_rounds") or []
+        rounds = scope_of(self.engine.store.get_campaign(c.id)).proposal_rounds
         tried = {s for cand, _ in ctrl.history for s in cand.patches}  # measured, not merely running
         stack: tuple[str, ...] = ()
         if why == "stack":
@@ -289,11 +289,11 @@ class ProposerRunner:
         self._ledger(c, o, "run", req.kind)
         contract = self.engine.contract(c)
         fresh = self.engine.store.get_campaign(c.id)
-        scope = dict(fresh.scope or {})
-        patches = dict(scope.get("patches") or {})
-        provenance = dict(scope.get("patch_provenance") or {})
-        refused = dict(scope.get("refused_patches") or {})
-        rounds = list(scope.get("proposal_rounds") or [])
+        scope = scope_of(fresh)
+        patches = dict(scope.patches)
+        provenance = dict(scope.patch_provenance)
+        refused = dict(scope.refused_patches)
+        rounds = list(scope.proposal_rounds)
         accepted: list[str] = []
         refused_now: list[str] = []
         known = {hashlib.sha256(t.encode()).hexdigest() for t in patches.values()}
@@ -329,8 +329,9 @@ class ProposerRunner:
         rounds.append({"proposer": o.proposer, "kind": req.kind, "trigger": req.trigger, "stack": list(req.stack),
                        "after_trials": req.tried, "ok": o.ok, "reason": o.reason, "prompt_digest": o.prompt_digest,
                        "patches": accepted, "refused": refused_now})
-        scope.update(patches=patches, patch_provenance=provenance, refused_patches=refused, proposal_rounds=rounds)
-        self.engine.store.update_campaign(c.id, scope=scope)
+        scope = scope.replace(patches=patches, patch_provenance=provenance, refused_patches=refused,
+                              proposal_rounds=rounds)
+        self.engine.store.update_campaign(c.id, scope=scope.dump())
         tail = f" — {o.reason}" if o.reason else ""
         self.engine.progress(f"[{c.id}] proposer {o.proposer} ({req.kind}): {len(accepted)} patch(es) accepted, "
                              f"{len(refused_now)} refused{tail}")
@@ -345,7 +346,7 @@ class ProposerRunner:
             n_priors=len(prop.priors) if prop else 0, n_patches=len(prop.patches) if prop else 0)
 
     # ---------------------------------------------------------------- prompt context
-    def context(self, c: CampaignRecord, kind: str, *, doctor: dict[str, Any] | None = None,
+    def context(self, c: CampaignRecord, kind: str, *, doctor: Doctor | None = None,
                 ctrl: "SearchController | None" = None, stack: tuple[str, ...] = ()) -> "PromptContext":
         """The frozen :class:`PromptContext` of a request (built from the store's records; no ORM objects)."""
         c = self.engine.store.get_campaign(c.id)
@@ -424,7 +425,7 @@ def merge_priors(contract: Contract, outcomes: list["ProposerOutcome"],
 
 # ------------------------------------------------------------------------------------------------------ context
 def build_context(engine: "CampaignEngine", c: CampaignRecord, kind: str, src: Path, *,
-                  doctor: dict[str, Any] | None = None, stack: tuple[str, ...] = ()) -> "PromptContext":
+                  doctor: Doctor | None = None, stack: tuple[str, ...] = ()) -> "PromptContext":
     """What a proposer is shown: the contract, the editable files (of the locked commit), the phase breakdown and
     Amdahl ceiling, every ingested search trial (oldest first), every refused or rejected patch with its verdict,
     and for ``complete`` requests the verified patches to stack."""
@@ -432,15 +433,15 @@ def build_context(engine: "CampaignEngine", c: CampaignRecord, kind: str, src: P
     from infrarsi.controller.proposers.base import PromptContext, RejectedPatch, TrialSummary, VerifiedPatch
 
     contract = engine.contract(c)
-    scope = c.scope or {}
-    doctor = doctor if doctor is not None else (c.doctor or {})
+    scope = scope_of(c)
+    doctor = doctor if doctor is not None else doctor_or_none(c)
     editable: dict[str, str] = {}
     for rel in expand_globs(src, contract.editable_files, "editable_files"):
         try:
             editable[rel] = (src / rel).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             continue
-    shares = dict(doctor.get("phase_shares") or {})
+    shares = dict(doctor.phase_shares) if doctor else {}
     ceiling = None
     targets = [p for p in shares if p not in ("data", "io", "dataloader")]
     if shares and targets and len(targets) < len(shares):
@@ -450,7 +451,7 @@ def build_context(engine: "CampaignEngine", c: CampaignRecord, kind: str, src: P
             ceiling = math.exp(amdahl_ceiling(shares, targets))
         except Exception:  # noqa: BLE001 - a report detail, never a failure
             ceiling = None
-    t0 = doctor.get("t0")
+    t0 = doctor.t0 if doctor else None
     obs = engine.store.observations(c.id)
     trials = []
     done = [t for t in engine.store.list_trials(c.id, stages=["search"]) if t.status == "ingested"]
@@ -462,9 +463,9 @@ def build_context(engine: "CampaignEngine", c: CampaignRecord, kind: str, src: P
                                    step_time_s=step, speedup=(t0 / step) if (t0 and step) else None,
                                    outcome=t.outcome or t.status, verdict=o.first_failed_layer if o else None,
                                    reason=t.reason, peak_mem_gib=o.peak_mem_gib if o else None))
-    diffs = scope.get("patches") or {}
+    diffs = scope.patches
     rejected = [RejectedPatch(name=n, verdict="intake", reason=why, diff_digest="")
-                for n, why in sorted((scope.get("refused_patches") or {}).items())]
+                for n, why in sorted(scope.refused_patches.items())]
     seen: set[str] = set()
     verified: dict[str, float | None] = {}
     for t in done:
@@ -506,7 +507,7 @@ def runner_of(engine: "CampaignEngine") -> ProposerRunner:
 def proposers_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
     """result.json's ``proposers`` section: the ledger (per request and per proposer, with tokens, USD when priced
     and wall time), every proposed patch with its provenance and fate, and the priors frozen at doctor."""
-    scope, doctor = c.scope or {}, c.doctor or {}
+    scope, doctor = scope_or_none(c) or Scope(commit=""), doctor_or_none(c)
     import dataclasses
 
     requests: list[dict[str, Any]] = []
@@ -526,8 +527,8 @@ def proposers_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, A
         if r.get("usd") is not None:
             b["usd"] = (b["usd"] or 0.0) + float(r["usd"])
         b["wall_s"] += float(r.get("wall_s") or 0.0)
-    provenance = scope.get("patch_provenance") or {}
-    refused = scope.get("refused_patches") or {}
+    provenance = scope.patch_provenance
+    refused = scope.refused_patches
     fate: dict[str, dict[str, Any]] = {}
     for t in engine.store.list_trials(c.id, stages=["search"]):
         for n in t.patches:
@@ -541,10 +542,10 @@ def proposers_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, A
             for n in t.patches:
                 if obs[t.id].first_failed_layer not in fate[n]["layers"]:
                     fate[n]["layers"].append(obs[t.id].first_failed_layer)
-    promoted = set(((c.result or {}).get("promotion") or {}).get("candidate", {}) and
-                   (c.result or {})["promotion"]["candidate"].get("patches") or [])
+    promotion = result_of(c).promotion or {}
+    promoted = set(promotion.get("candidate", {}) and promotion["candidate"].get("patches") or [])
     patches = []
-    for name in sorted(set(scope.get("patches") or {}) | set(provenance)):
+    for name in sorted(set(scope.patches) | set(provenance)):
         p = provenance.get(name) or {"proposer": "folder", "kind": "folder"}
         f = fate.get(name, {})
         if name in refused:
@@ -570,5 +571,5 @@ def proposers_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, A
                       if any(b["usd"] is not None for b in by.values()) else None),
               "wall_s": math.fsum(b["wall_s"] for b in by.values())}
     return {"by_proposer": list(by.values()), "totals": totals, "requests": requests, "patches": patches,
-            "rounds": scope.get("proposal_rounds") or [], "priors": doctor.get("proposer_priors") or [],
-            "priors_dropped": doctor.get("proposer_priors_dropped") or []}
+            "rounds": scope.proposal_rounds, "priors": (doctor.proposer_priors if doctor else None) or [],
+            "priors_dropped": (doctor.proposer_priors_dropped if doctor else None) or []}

@@ -16,6 +16,7 @@ from typing import Any
 
 from infrarsi.controller.contract.model import Contract
 from infrarsi.controller.errors import PatchError, ScopeError
+from infrarsi.controller.store.stage_records import Scope, as_scope
 
 
 #: ``-c`` settings on every git command the controller runs on user data: no hooks, no fsmonitor command, no
@@ -196,10 +197,11 @@ def intake_patches(repo: Path, contract: Contract, editable: list[str],
     return accepted, refused
 
 
-def changed_since_lock(repo: Path, scope: dict[str, Any]) -> list[str]:
+def changed_since_lock(repo: Path, scope: Scope | dict[str, Any]) -> list[str]:
     """Locked files (frozen and editable) whose content differs from the lock; empty when none changed."""
+    scope = as_scope(scope)
     changed = []
-    for rel, digest in {**scope.get("frozen", {}), **scope.get("editable_digests", {})}.items():
+    for rel, digest in {**scope.frozen, **scope.editable_digests}.items():
         p = repo / rel
         if not p.is_file() or sha256_file(p) != digest:
             changed.append(rel)

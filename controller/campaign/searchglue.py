@@ -16,6 +16,7 @@ from infrarsi.controller.contract.model import Contract, Knob
 from infrarsi.controller.search.controller import SearchController
 from infrarsi.controller.search.space import Candidate, KnobSpec, Outcome, SearchSpace
 from infrarsi.controller.store.records import ObservationRecord, TrialRecord
+from infrarsi.controller.store.stage_records import Doctor, Scope
 from infrarsi.surrogate.noise import calibrate
 
 
@@ -61,12 +62,12 @@ def _with_proposed(stated: dict[str, Any], knob: str, proposed: Sequence[dict[st
     return {"prior_mean": mean or None, "prior_sd": max(spreads) if spreads else None, "mem_prior_gib": mem or None}
 
 
-def patch_priors(scope: dict[str, Any]) -> dict[str, float]:
+def patch_priors(scope: Scope) -> dict[str, float]:
     """Prior log-gain input per proposed patch (the proposer's claim, capped; the controller shrinks it by
     ``patch_kappa``), from the scope's ``patch_provenance``."""
     out = {}
-    for name, p in (scope.get("patch_provenance") or {}).items():
-        if name in (scope.get("patches") or {}) and p.get("prior_input") is not None:
+    for name, p in scope.patch_provenance.items():
+        if name in scope.patches and p.get("prior_input") is not None:
             out[name] = float(p["prior_input"])
     return out
 
@@ -97,28 +98,28 @@ def outcome_of(trial: TrialRecord, obs: ObservationRecord | None, capacity_gib: 
     return Outcome(status="crash", reason=trial.reason or trial.outcome or "")
 
 
-def noise_from_doctor(doctor: dict[str, Any]) -> Any:
+def noise_from_doctor(doctor: Doctor) -> Any:
     """Recompute the NoiseModel from the stored per-run window step times (deterministic)."""
-    runs = [np.asarray(r, dtype=float) for r in doctor["reference_window_times"]]
+    runs = [np.asarray(r, dtype=float) for r in doctor.reference_window_times]
     return calibrate(runs)
 
 
-def rebuild_controller(contract: Contract, scope: dict[str, Any], doctor: dict[str, Any], seed: int,
+def rebuild_controller(contract: Contract, scope: Scope, doctor: Doctor, seed: int,
                        trials: Sequence[TrialRecord], observations: dict[int, ObservationRecord],
                        experience: list[dict] | None = None) -> SearchController:
     """A SearchController with every ingested search trial told, in ingestion (observation id) order."""
-    space = search_space(contract, list(scope.get("patches", {})), doctor.get("proposer_priors"))
+    space = search_space(contract, list(scope.patches), doctor.proposer_priors)
     tuning: dict[str, Any] = {}
     if patch_priors(scope):
         tuning["patch_priors"] = patch_priors(scope)
-    replaces = {n: list(p["replaces"]) for n, p in (scope.get("patch_provenance") or {}).items()
-                if p.get("replaces") and n in (scope.get("patches") or {})}
+    replaces = {n: list(p["replaces"]) for n, p in scope.patch_provenance.items()
+                if p.get("replaces") and n in scope.patches}
     if replaces:
         tuning["patch_replaces"] = replaces
-    if doctor.get("reference_peak_mem_gib") is not None:
-        tuning["reference_peak_mem_gib"] = float(doctor["reference_peak_mem_gib"])
-    ctrl = SearchController(space, noise_from_doctor(doctor), float(doctor["t0"]), contract.search_capacity_gib,
-                            seed=seed, experience=experience, phase_shares=doctor.get("phase_shares"), **tuning)
+    if doctor.reference_peak_mem_gib is not None:
+        tuning["reference_peak_mem_gib"] = float(doctor.reference_peak_mem_gib)
+    ctrl = SearchController(space, noise_from_doctor(doctor), float(doctor.t0), contract.search_capacity_gib,
+                            seed=seed, experience=experience, phase_shares=doctor.phase_shares, **tuning)
     done = [t for t in trials if t.stage == "search" and t.status == "ingested" and t.outcome != "cancelled"]
     done.sort(key=lambda t: (observations[t.id].id if t.id in observations else 0, t.seq))
     for t in done:

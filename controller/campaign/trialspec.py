@@ -23,6 +23,7 @@ from infrarsi.controller.campaign.sbatch_options import SbatchOptions
 from infrarsi.controller.contract.model import Contract
 from infrarsi.controller.executors.base import TrialSpec
 from infrarsi.controller.settings import cpu_ranks, isolation_mode
+from infrarsi.controller.store.stage_records import Scope, as_scope
 from infrarsi.verifier.signing import derive_trial_key
 
 #: set by the exec wrapper to folders inside ``scratch/cache`` (with HOME, TMPDIR, XDG_CACHE_HOME)
@@ -54,7 +55,7 @@ def write_key_file(out: Path, master_key: bytes, trial_key: str) -> Path:
     return path
 
 
-def build_spec(contract: Contract, scope: dict[str, Any], config: dict[str, Any], trial_key: str, workdir: Path,
+def build_spec(contract: Contract, scope: Scope | dict[str, Any], config: dict[str, Any], trial_key: str, workdir: Path,
                out: Path, master_key: bytes, partition: str | None,
                sbatch: SbatchOptions | None = None) -> TrialSpec:
     """The TrialSpec for one launch (writes the key file and frozen manifest into ``out``, creates ``scratch/``).
@@ -66,12 +67,13 @@ def build_spec(contract: Contract, scope: dict[str, Any], config: dict[str, Any]
     With ``INFRARSI_CPU_RANKS=N`` (:func:`cpu_ranks`, ``infrarsi run --cpu-ranks N``) a ``torchrun`` contract runs
     N CPU processes and asks for no GPU.
     """
+    scope = as_scope(scope)
     plan = render_launch(contract, config, trial=True)
     out.mkdir(parents=True, exist_ok=True)
     scratch = scratch_dir(out)
     scratch.mkdir(parents=True, exist_ok=True)
     manifest = out / "frozen.json"
-    manifest.write_text(json.dumps(scope.get("frozen", {}), sort_keys=True))
+    manifest.write_text(json.dumps(scope.frozen, sort_keys=True))
     env = dict(plan.env)
     env.setdefault("PYTHONUNBUFFERED", "1")
     src = out.parent / "src"
@@ -101,14 +103,14 @@ def build_spec(contract: Contract, scope: dict[str, Any], config: dict[str, Any]
         updates=contract.trial.updates,
         disk_limit_gib=DISK_LIMIT_GIB,
         isolation=isolation_mode(),
-        ro_inputs=tuple(mount_points(Path(workdir), scope.get("inputs"))),
+        ro_inputs=tuple(mount_points(Path(workdir), scope.inputs)),
         gres=opts.gres,
         sbatch_extra=tuple(opts.directives()),
         cpu_ranks=ranks,
     )
 
 
-def judge_spec_dict(contract: Contract, scope: dict[str, Any]) -> dict[str, Any]:
+def judge_spec_dict(contract: Contract, scope: Scope | dict[str, Any]) -> dict[str, Any]:
     """The contract facts the verifier needs, as a JudgeSpec dict (stored in the scope lock for re-judging)."""
     return {
         "updates": contract.trial.updates,
@@ -118,6 +120,6 @@ def judge_spec_dict(contract: Contract, scope: dict[str, Any]) -> dict[str, Any]
         "tau": contract.loss_tolerance,
         "memory_cap_gib": contract.memory_cap_gib,
         "precision_menu": list(contract.precision_menu),
-        "frozen_manifest": dict(scope.get("frozen", {})),
+        "frozen_manifest": dict(as_scope(scope).frozen),
         "static_invariants": sorted(contract.workload.static),
     }

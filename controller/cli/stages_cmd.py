@@ -18,6 +18,7 @@ from infrarsi.controller.errors import InfrarsiError
 from infrarsi.controller.settings import CPU_RANKS_ENV, Settings
 from infrarsi.controller.store import open_store
 from infrarsi.controller.store.records import CampaignRecord
+from infrarsi.controller.store.stage_records import doctor_of, result_of, scope_of
 
 contract_arg = click.argument("contract", default="infrarsi.yaml", type=click.Path(dir_okay=False))
 campaign_opt = click.option("--campaign", "campaign_id", type=int, metavar="N",
@@ -79,10 +80,10 @@ def init_cmd(contract: str, new: bool) -> None:
     engine = _engine()
     c = drive(engine, _campaign(engine, contract, None, new=new).id, until="doctor")
     _finish(c)
-    scope = c.scope or {}
-    click.echo(f"campaign {c.id}: scope locked at {str(scope.get('commit'))[:10]} "
-               f"({len(scope.get('frozen', {}))} frozen, {len(scope.get('editable', []))} editable, "
-               f"{len(scope.get('patches', {}))} patches, {len(scope.get('refused_patches', {}))} refused)")
+    scope = scope_of(c)
+    click.echo(f"campaign {c.id}: scope locked at {scope.commit[:10]} "
+               f"({len(scope.frozen)} frozen, {len(scope.editable)} editable, "
+               f"{len(scope.patches)} patches, {len(scope.refused_patches)} refused)")
 
 
 @click.command("doctor")
@@ -93,16 +94,16 @@ def doctor_cmd(contract: str, campaign_id: int | None) -> None:
     engine = _engine()
     c = drive(engine, _campaign(engine, contract, campaign_id).id, until="run")
     _finish(c)
-    d = c.doctor or {}
-    click.echo(f"campaign {c.id}: reference {d['t0'] * 1000:.2f} ms/update, sigma_pair {d['sigma_pair']:.4f}, "
-               f"promotion margin {d['promotion_margin'] * 100:.2f}%")
-    cov = d.get("experience_coverage") or {}
+    d = doctor_of(c)
+    click.echo(f"campaign {c.id}: reference {d.t0 * 1000:.2f} ms/update, sigma_pair {d.sigma_pair:.4f}, "
+               f"promotion margin {d.promotion_margin * 100:.2f}%")
+    cov = d.experience_coverage or {}
     click.echo(f"  experience bank: {len(cov.get('knobs', []))}/{cov.get('of', 0)} searched knobs have verified "
                f"records ({', '.join(cov.get('knobs', [])) or 'none'})")
     for knob, grade in sorted((cov.get("grades") or {}).items()):  # covered | partial | null | unobserved
         click.echo(f"    {knob:<24} {grade}")
-    total = sum(d.get("phases", {}).values()) or 1.0
-    for k, v in sorted(d.get("phases", {}).items(), key=lambda kv: -kv[1]):
+    total = sum(d.phases.values()) or 1.0
+    for k, v in sorted(d.phases.items(), key=lambda kv: -kv[1]):
         click.echo(f"  {k:<10} {v * 1000:8.2f} ms  {v / total * 100:5.1f}%")
 
 
@@ -136,7 +137,7 @@ def run_cmd(contract: str, campaign_id: int | None, executor: str, new: bool, se
         return
     rd = report_dir(c)
     click.echo(f"campaign {c.id} done: delivered speedup {c.delivered_speedup:.3f}x "
-               f"({(c.result or {}).get('promotion', {}).get('reason', '')})")
+               f"({(result_of(c).promotion or {}).get('reason', '')})")
     click.echo(f"report: {rd / 'REPORT.md'}")
 
 
@@ -151,7 +152,7 @@ def report_cmd(contract: str, campaign_id: int | None, regenerate: bool, path_on
     c = _campaign(engine, contract, campaign_id, create=False)
     rd = report_dir(c)
     if regenerate or not (rd / "REPORT.md").exists():
-        if not c.result or "promotion" not in c.result:
+        if result_of(c).promotion is None:
             raise InfrarsiError(f"campaign {c.id} is in state {c.state}: nothing to report yet")
         write_artifacts(engine, c)
     click.echo(str(rd / "REPORT.md") if path_only else (rd / "REPORT.md").read_text())
@@ -169,7 +170,7 @@ def apply_cmd(contract: str, campaign_id: int | None, branch: str | None) -> Non
     c = _campaign(engine, contract, campaign_id, create=False)
     rd = report_dir(c)
     result = load_result(rd)
-    out = apply_result(Path(c.repo_path), c.scope or {}, result, (rd / "pack.yaml").read_text(), branch)
+    out = apply_result(Path(c.repo_path), scope_of(c), result, (rd / "pack.yaml").read_text(), branch)
     engine.store.add_event("campaign.applied", {"branch": branch, "files": out["files"]}, campaign_id=c.id)
     where = f"on branch {branch}" if branch else "in the working tree"
     click.echo(f"applied campaign {c.id} ({out['speedup']:.3f}x) {where}: {', '.join(out['files'])}")

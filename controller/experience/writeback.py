@@ -30,6 +30,7 @@ from infrarsi.controller.experience.environment import canonical_config, knob_me
 from infrarsi.controller.experience.mechanisms import mechanism_class, value_key
 from infrarsi.controller.experience.records import Effect, Environment, Observation
 from infrarsi.controller.faults import crash_point
+from infrarsi.controller.store.stage_records import doctor_or_none
 
 #: the smallest effect ever written, whatever the noise (log-speedup)
 MIN_GATE = 0.02
@@ -154,10 +155,11 @@ def write_campaign_experience(engine: Any, campaign: Any, result: Mapping[str, A
 
     contract = engine.contract(campaign)
     store = engine.store
-    doctor = campaign.doctor or {}
+    doctor = doctor_or_none(campaign)
     trials = store.list_trials(campaign.id)
     obs = store.observations(campaign.id)
-    env = campaign_environment(contract, doctor.get("header_extra"), _reference_versions(engine, campaign, trials))
+    env = campaign_environment(contract, doctor.header_extra if doctor else None,
+                               _reference_versions(engine, campaign, trials))
     banned: list = []
     try:
         banned = list(engine.controller(campaign).ledger.banned)

@@ -35,6 +35,7 @@ from infrarsi.controller.store.records import (
     AuditEvent, CampaignRecord, Ingest, LeaseRecord, ObservationRecord, ProposerRequestRecord, StoredReceipt,
     TrialRecord, VerdictItem, WorkloadRecord,
 )
+from infrarsi.controller.store.stage_records import stored_judge_spec
 
 FINOPS_VIEWS = ("failed", "campaign_cost", "cost_per_pct", "llm_cost", "proposer_cost")
 _CAMPAIGN_FIELDS = ("name", "workload_id", "owner", "contract_path", "contract_yaml", "contract_digest", "repo_path",
@@ -406,9 +407,7 @@ class MemoryStore(ExperienceMemoryMixin, Store):
             rows = [(t, self.db.receipts[t.id]) for t in sorted(self.db.trials.values(), key=lambda t: t.seq)
                     if t.campaign_id == campaign_id and t.id in self.db.receipts]
             refs = [raw for t, raw in rows if t.stage == "reference" and t.outcome == "ok"]
-            spec = dict((camp.scope or {}).get("judge_spec") or {})
-            if camp.doctor and "sigma_pair" in camp.doctor:
-                spec.setdefault("sigma_pair", camp.doctor["sigma_pair"])
+            spec = stored_judge_spec(camp.scope, camp.doctor)
             return [StoredReceipt(trial_id=t.trial_key, stage=t.stage, raw=raw, reference_raw=list(refs),
                                   judge_spec=_copy(spec)) for t, raw in rows]
 

@@ -23,6 +23,7 @@ from infrarsi.controller.store.records import (
     AuditEvent, CampaignRecord, Ingest, LeaseRecord, ObservationRecord, ProposerRequestRecord, StoredReceipt,
     TrialRecord, VerdictItem, WorkloadRecord,
 )
+from infrarsi.controller.store.stage_records import stored_judge_spec
 
 FINOPS_VIEWS = {
     "failed": "finops_failed_gpu_hours",
@@ -339,9 +340,7 @@ class SqlStore(ExperienceSqlMixin, Store):
                 .where(m.Trial.campaign_id == campaign_id).order_by(m.Trial.seq)
             ).all()
             refs = [raw for t, raw in rows if t.stage == "reference" and t.outcome == "ok"]
-            spec = dict((camp.scope_json or {}).get("judge_spec") or {})
-            if camp.doctor_json and "sigma_pair" in camp.doctor_json:
-                spec.setdefault("sigma_pair", camp.doctor_json["sigma_pair"])
+            spec = stored_judge_spec(camp.scope_json, camp.doctor_json)
             return [StoredReceipt(trial_id=t.trial_key, stage=t.stage, raw=raw, reference_raw=refs, judge_spec=spec)
                     for t, raw in rows]
 

@@ -21,6 +21,7 @@ from verifier_receipts import N, WINDOW, receipt_dict  # noqa: E402
 
 from infrarsi.controller.campaign.ingest import build_ingest  # noqa: E402
 from infrarsi.controller.store.records import TrialRecord  # noqa: E402
+from infrarsi.controller.store.stage_records import Scope  # noqa: E402
 from infrarsi.verifier import signing  # noqa: E402
 from infrarsi.verifier.receipt import MAX_RECEIPT_BYTES, Receipt, load_receipt  # noqa: E402
 from infrarsi.verifier.spec import JudgeSpec  # noqa: E402
@@ -198,7 +199,7 @@ def test_ingested_trials_rejudge_alike_from_a_real_store(tmp_path, pg_url):
     c = store.create_campaign(name="c", owner="o", contract_path="/c", contract_yaml="y", contract_digest="d" * 64,
                               repo_path="/r", workdir=str(tmp_path), executor="local", partition=None,
                               budget_gpu_hours=1.0, budget_trials=10, seed=0,
-                              scope={"judge_spec": SPEC.to_dict()})
+                              scope=Scope(commit="0" * 40, judge_spec=SPEC.to_dict()).dump())
     forged = _timed(seed=1)
     forged["wrapper"]["clock"] = {"start_unix": T0 + 60.0, "end_unix": T0 + 63.2}
     cases = [("ref", "reference", _sign(_timed(), "ref"), T0 + 5.0), ("good", "search", _sign(_timed(seed=1), "good"),

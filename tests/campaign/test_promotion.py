@@ -12,6 +12,7 @@ from infrarsi.controller.campaign.promotion import decide
 from infrarsi.controller.search.controller import SearchController
 from infrarsi.controller.search.space import Candidate, KnobSpec, SearchSpace
 from infrarsi.controller.store.records import ObservationRecord, TrialRecord
+from infrarsi.controller.store.stage_records import PlanCandidate
 from infrarsi.surrogate.noise import calibrate
 from infrarsi.verifier.invariants import speed_reproduces
 
@@ -39,7 +40,7 @@ def _obs(i: int, t: float) -> ObservationRecord:
 def _evidence(pairs: dict[Candidate, list[tuple[float, float]]]) -> tuple[list[dict[str, Any]], list, dict]:
     plan, done, obs, i = [], [], {}, 0
     for cand, ps in pairs.items():
-        plan.append({"config": cand.as_dict(), "patches": [], "signature": cand.signature})
+        plan.append(PlanCandidate(config=cand.as_dict(), patches=[], signature=cand.signature))
         for j, (r, c) in enumerate(ps):
             group = f"{cand.signature[:16]}:{j}"
             for t in (r, c):

@@ -10,6 +10,7 @@ import pytest
 
 from infrarsi.controller.campaign import searchglue
 from infrarsi.controller.store.records import ObservationRecord, TrialRecord
+from infrarsi.controller.store.stage_records import doctor_of, scope_of
 from tests.campaign.engine_world import make_world, run_until
 
 
@@ -62,7 +63,7 @@ def test_rebuilt_controller_is_deterministic_and_ignores_cancelled(ran) -> None:
     contract = eng.contract(c)
 
     def build(ts):
-        return searchglue.rebuild_controller(contract, c.scope, c.doctor, c.seed, ts, obs,
+        return searchglue.rebuild_controller(contract, scope_of(c), doctor_of(c), c.seed, ts, obs,
                                              experience=c.doctor.get("experience"))
 
     a, b = build(trials), build(list(reversed(trials)))  # replay order comes from ingestion, not the list
@@ -73,5 +74,5 @@ def test_rebuilt_controller_is_deterministic_and_ignores_cancelled(ran) -> None:
     assert best.as_dict()["speed"] == 4
     cancelled = [replace(t, outcome="cancelled") if t.stage == "search" else t for t in trials]
     assert len(build(cancelled).history) == 0  # cancelled trials teach the search nothing
-    noise = searchglue.noise_from_doctor(c.doctor)
+    noise = searchglue.noise_from_doctor(doctor_of(c))
     assert noise.sigma_pair == pytest.approx(c.doctor["sigma_pair"])

@@ -46,7 +46,7 @@ def test_build_spec_from_the_toy_contract(tmp_path: Path, monkeypatch) -> None:
     config = contract.reference_config | {"speed": 4}
     src, out = trial_dirs(tmp_path, KEY)
     src.mkdir(parents=True)
-    scope = {"frozen": {"infrarsi.yaml": "ab" * 32}}
+    scope = {"commit": "0" * 40, "frozen": {"infrarsi.yaml": "ab" * 32}}
     spec = build_spec(contract, scope, config, KEY, src, out, MASTER, "debug")
     assert spec.trial_id == KEY and spec.workdir == src and spec.outdir == out and spec.src_dir == src
     assert spec.argv == render_launch(contract, config).argv and "--speed=4" in spec.argv
@@ -61,7 +61,7 @@ def test_build_spec_from_the_toy_contract(tmp_path: Path, monkeypatch) -> None:
 
 def test_judge_spec_dict_round_trips_through_judgespec() -> None:
     contract = _contract()
-    d = judge_spec_dict(contract, {"frozen": {"infrarsi.yaml": "cd" * 32}})
+    d = judge_spec_dict(contract, {"commit": "0" * 40, "frozen": {"infrarsi.yaml": "cd" * 32}})
     assert d["updates"] == 8 and d["window"] == [3, 8] and d["tokens_per_update"] == 32 and d["seq_len"] == 16
     assert d["precision_menu"] == ["fp32"] and d["memory_cap_gib"] == 8
     assert d["frozen_manifest"] == {"infrarsi.yaml": "cd" * 32}

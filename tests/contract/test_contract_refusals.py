@@ -15,6 +15,7 @@ from infrarsi.controller.contract import check_contract, is_legal, legal_configs
 from infrarsi.controller.contract.launch import config_string
 from infrarsi.controller.contract.loader import check_warnings
 from infrarsi.controller.contract.model import NO_CAP_GIB
+from infrarsi.controller.store.stage_records import Doctor, Scope
 from infrarsi.surrogate.noise import MIN_STEPS_PER_RUN
 
 BASE = """\
@@ -123,9 +124,9 @@ def test_no_cap_reaches_the_search_as_practically_infinite(tmp_path: Path) -> No
 
     c = load_contract(write(tmp_path, BASE + "memory_cap_gib: none\n"))
     rng = np.random.default_rng(0)
-    doctor = {"t0": 0.1, "reference_window_times": [list(0.1 + 0.001 * rng.standard_normal(16)) for _ in range(3)],
-              "reference_peak_mem_gib": 70.0}
-    ctrl = rebuild_controller(c, {}, doctor, 0, [], {})
+    doctor = Doctor(t0=0.1, reference_window_times=[list(0.1 + 0.001 * rng.standard_normal(16)) for _ in range(3)],
+                    reference_peak_mem_gib=70.0, sigma_pair=0.01, big_knob_gate=0.02, promotion_margin=0.02)
+    ctrl = rebuild_controller(c, Scope(commit="0" * 40), doctor, 0, [], {})
     assert ctrl.capacity == NO_CAP_GIB
     assert ctrl.ask(1)  # proposes something: 70 GiB is no problem without a cap
 
@@ -234,9 +235,9 @@ def test_flops_per_token_is_declarable(tmp_path: Path) -> None:
     from infrarsi.controller.campaign.artifacts import flops_per_token_of
 
     c = load_contract(write(tmp_path, BASE.replace("  seq_len: 64\n", "  seq_len: 64\n  flops_per_token: 1.5e6\n")))
-    assert flops_per_token_of(c, {"header_extra": {"flops_per_token": 9}}) == (1.5e6, "contract (workload.flops_per_token)")
+    assert flops_per_token_of(c, {"flops_per_token": 9}) == (1.5e6, "contract (workload.flops_per_token)")
     c0 = load_contract(write(tmp_path, BASE))
-    assert flops_per_token_of(c0, {"header_extra": {"flops_per_token": 9}}) == (9.0, "receipt header (extra.flops_per_token)")
+    assert flops_per_token_of(c0, {"flops_per_token": 9}) == (9.0, "receipt header (extra.flops_per_token)")
     assert flops_per_token_of(c0, {}) == (None, None)
 
 
@@ -248,8 +249,9 @@ def test_search_never_asks_for_a_forbidden_configuration(tmp_path: Path) -> None
 
     c = load_contract(write(tmp_path, BASE + "forbid:\n  - {compile: true, attention: math}\n  - {batch_size: 16}\n"))
     rng = np.random.default_rng(1)
-    doctor = {"t0": 0.1, "reference_window_times": [list(0.1 + 0.001 * rng.standard_normal(16)) for _ in range(3)]}
-    asked = rebuild_controller(c, {}, doctor, 0, [], {}).ask(6)
+    doctor = Doctor(t0=0.1, reference_window_times=[list(0.1 + 0.001 * rng.standard_normal(16)) for _ in range(3)],
+                    sigma_pair=0.01, big_knob_gate=0.02, promotion_margin=0.02)
+    asked = rebuild_controller(c, Scope(commit="0" * 40), doctor, 0, [], {}).ask(6)
     assert asked
     for cand in asked:
         full = dict(c.reference_config, **cand.as_dict())

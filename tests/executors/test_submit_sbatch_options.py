@@ -24,9 +24,11 @@ from infrarsi.controller.executors.render import render_sbatch
 from infrarsi.controller.executors.slurm import SlurmExecutor
 from infrarsi.controller.store import open_store
 from infrarsi.controller.store.records import WorkloadRecord
+from infrarsi.controller.store.stage_records import Scope
 from tests.campaign.helpers import cli_env, infrarsi
 
 PY = sys.executable
+SCOPE = Scope(commit="0" * 40)  # build_spec reads only the frozen manifest and the inputs
 
 
 @pytest.mark.parametrize("value,seconds", [
@@ -72,7 +74,7 @@ def test_options_override_the_contracts_launch_and_reach_the_sbatch_script(tmp_p
     assert contract.launch.time_limit_s == 120  # the contract itself is unchanged
     assert SbatchOptions.from_dict(opts.to_dict()) == opts
     out = tmp_path / "t" / "out"
-    spec = build_spec(contract, {"frozen": {}}, contract.reference_config, "k" * 32, tmp_path, out, b"m" * 32,
+    spec = build_spec(contract, SCOPE, contract.reference_config, "k" * 32, tmp_path, out, b"m" * 32,
                       "cpu", sbatch=opts)
     assert (spec.partition, spec.account, spec.time_limit_s, spec.gpus_per_node, spec.gres) == \
         ("gpu", "proj", 5400, 2, "gpu:h200:2")
@@ -140,7 +142,7 @@ def test_options_arrive_in_the_real_slurm_job(slurm_cluster: str, slurm_tmp: Pat
     opts = SbatchOptions(partition="gpu", time="3", gres="gpu:1", exclusive=True, mail_user="ana",
                          mail_type="END,FAIL").validated()
     out = slurm_tmp / "t1" / "out"
-    spec = build_spec(contract, {"frozen": {}}, contract.reference_config, "s" * 32, slurm_tmp, out, b"m" * 32,
+    spec = build_spec(contract, SCOPE, contract.reference_config, "s" * 32, slurm_tmp, out, b"m" * 32,
                       None, sbatch=opts)
     spec = type(spec)(**{**spec.__dict__, "argv": (PY, "-c", "import time; time.sleep(1)"), "key_file": None,
                          "frozen_manifest": None})

@@ -18,10 +18,12 @@ from infrarsi.controller.errors import ExecutorError, InfrarsiError
 from infrarsi.controller.executors.base import TrialSpec
 from infrarsi.controller.executors.local import LocalExecutor
 from infrarsi.controller.executors.render import launch_argv, render_sbatch
+from infrarsi.controller.store.stage_records import Scope
 
 SCRIPT_DIR = Path(__file__).resolve().parent / "scripts" / "globals"
 MASTER = b"\x05" * 32
 KEY = "feedfacefeedfacefeedfacefeedface"
+SCOPE = Scope(commit="0" * 40)  # build_spec reads only the frozen manifest and the inputs
 
 CONTRACT = """
 name: ddp-smoke
@@ -76,7 +78,7 @@ def _spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ranks: str | None) ->
     src, out = trial_dirs(tmp_path, KEY)
     if not src.exists():
         shutil.copytree(SCRIPT_DIR, src, ignore=shutil.ignore_patterns("__pycache__"))
-    return build_spec(contract, {"frozen": {}}, dict(contract.reference_config), KEY, src, out, MASTER, None)
+    return build_spec(contract, SCOPE, dict(contract.reference_config), KEY, src, out, MASTER, None)
 
 
 def test_the_flag_turns_gpu_ranks_into_cpu_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from infrarsi.controller.store.base import FencedError
 from infrarsi.controller.store.records import Ingest, VerdictItem
+from infrarsi.controller.store.stage_records import Doctor, Scope, doctor_of, scope_of
 
 
 def _campaign(store, name="c1", owner="alice", partition="gpu", speedup=None):
@@ -40,8 +41,11 @@ def test_roundtrip_every_table(store) -> None:
     assert w2.id == w.id and w2.max_concurrent == 8 and len(store.list_workloads()) == 1
     c = _campaign(store)
     assert store.get_campaign(c.id).seed == 3 and c.state == "init"
-    c = store.update_campaign(c.id, state="run", scope={"commit": "abc"}, doctor={"t0": 1.0})
-    assert c.scope == {"commit": "abc"} and c.doctor == {"t0": 1.0}
+    scope = Scope(commit="abc", judge_spec={"updates": 8})
+    doctor = Doctor(t0=1.0, reference_window_times=[[1.0, 1.1]], sigma_pair=0.01, big_knob_gate=0.02,
+                    promotion_margin=0.03)
+    c = store.update_campaign(c.id, state="run", scope=scope.dump(), doctor=doctor.dump())
+    assert c.scope == scope.dump() and scope_of(c) == scope and doctor_of(c) == doctor  # typed records round-trip
     t = _trial(store, c.id, "k1")
     assert t.status == "intent" and t.seq == 1 and t.config == {"mb": 4} and t.patches == ["p.diff"]
     assert _trial(store, c.id, "k1").id == t.id  # idempotent by trial key
@@ -68,6 +72,7 @@ def test_roundtrip_every_table(store) -> None:
     assert kinds[:3] == ["campaign.created", "campaign.state", "trial.intent"] and "trial.ingested" in kinds
     receipts = store.list_receipts(c.id)
     assert receipts[0].trial_id == "k1" and receipts[0].raw == b'{"x": 1}'
+    assert receipts[0].judge_spec == {"updates": 8, "sigma_pair": 0.01}
 
 
 def test_finops_views_match_hand_computation(store) -> None:
