@@ -14,9 +14,9 @@ Three moments:
   own ``max_concurrent``); a proposer gets a new round only after every patch of its earlier rounds was tried, at
   most :data:`MAX_ROUNDS` rounds per campaign.
 * Every answer is recorded before it is used: a ledger row (:meth:`Store.add_proposer_request`) and, in the same
-  step, the campaign scope: accepted patches join ``scope["patches"]`` with their provenance in
-  ``scope["patch_provenance"]`` (proposer, model, prompt digest, rationale, claimed gain and the capped prior
-  input), refused ones join ``scope["refused_patches"]``, and the round in ``scope["proposal_rounds"]``.  The search
+  step, the campaign's :class:`Scope`: accepted patches join ``Scope.patches`` with their provenance in
+  ``Scope.patch_provenance`` (proposer, model, prompt digest, rationale, claimed gain and the capped prior
+  input), refused ones join ``Scope.refused_patches``, and the round in ``Scope.proposal_rounds``.  The search
   is rebuilt from the scope, so a restarted engine reuses the recorded answers; a request that was in flight at a
   crash left no record and is asked again.
 
