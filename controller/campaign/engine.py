@@ -279,12 +279,14 @@ class CampaignEngine:
             slots = min(slots, free)
         return max(0, slots)
 
-    def budget(self, c: CampaignRecord, in_flight: int = 0) -> BudgetView:
-        """The device-hour budget as it stands (:mod:`infrarsi.controller.campaign.budget`)."""
+    def budget(self, c: CampaignRecord, in_flight: int = 0, promotion_runs_done: int | None = None) -> BudgetView:
+        """The device-hour budget as it stands (:mod:`infrarsi.controller.campaign.budget`).
+        ``promotion_runs_done`` is counted from the store when not given."""
         v = self.contract(c).verification
         runs = v.promotion_candidates * v.rerun_pairs * 2
-        done = len(self.store.list_trials(c.id, stages=["promotion"]))
-        return budget_view(c.budget_gpu_hours, self.store.cost_by_stage(c.id), in_flight, runs, done)
+        if promotion_runs_done is None:
+            promotion_runs_done = len(self.store.list_trials(c.id, stages=["promotion"]))
+        return budget_view(c.budget_gpu_hours, self.store.cost_by_stage(c.id), in_flight, runs, promotion_runs_done)
 
     # ------------------------------------------------------------------ states
     def _state_init(self, c: CampaignRecord) -> None:
@@ -369,7 +371,8 @@ class CampaignEngine:
     def _state_run(self, c: CampaignRecord) -> None:
         trials = self.store.list_trials(c.id, stages=["search"])
         live = [t for t in trials if t.live]
-        money = self.budget(c, in_flight=len(live))  # promotion reserved, in-flight trials at expected cost
+        # promotion reserved, in-flight trials at expected cost; no promotion run precedes the run state's end
+        money = self.budget(c, in_flight=len(live), promotion_runs_done=0)
         out_of_budget = len(trials) >= c.budget_trials or money.search_slots() == 0
         if not out_of_budget:
             slots = min(self._slots(c, c.budget_trials), c.budget_trials - len(trials), money.search_slots())
@@ -385,8 +388,7 @@ class CampaignEngine:
                 if cands:
                     return
                 out_of_budget = not live and not proposers.busy(c.id)
-        if not live and out_of_budget:
-            money = self.budget(c)
+        if not live and out_of_budget:  # `money` is current: nothing in flight, no trial cost booked since
             result = result_of(c).replace(budget_at_search_stop=money.to_dict())
             self.store.update_campaign(c.id, state="verify", result=result.dump())
             self.progress(f"[{c.id}] search done after {len(trials)} trials ({money.describe()}); "
