@@ -22,6 +22,12 @@ def git_env() -> dict[str, str]:
     return {**os.environ, **GIT_IDENTITY}
 
 
+def git(repo: Path, *args: str) -> str:
+    """``git -C repo args...`` with the test identity; returns stdout, raises on failure."""
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env=git_env()).stdout
+
+
 def git_repo(src: Path, dst: Path) -> Path:
     """Copy ``src`` to ``dst`` and make it a git repo with one commit."""
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))

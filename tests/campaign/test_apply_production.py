@@ -6,13 +6,13 @@ production launch in ``launch.command`` and the trial length in ``launch.trial_a
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from ruamel.yaml import YAML
 
 from infrarsi.controller.contract import load_contract, render_launch
-from tests.campaign.helpers import cli_env, git_env, infrarsi
+from tests.campaign.helpers import cli_env, infrarsi
+from tests.campaign.helpers import git as _git
 
 TOKENS = bytes(range(256)) * 64
 
@@ -23,11 +23,6 @@ with open("data/tokens.bin", "rb") as fh:  # git-ignored: reaches the trial only
 '''
 
 TRIAL_ONLY = ["--updates=8", "--fail-on-speed=0"]
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          env=git_env()).stdout
 
 
 def onboard(toy_repo: Path) -> Path:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -22,14 +21,9 @@ from infrarsi.controller.contract.model import Contract
 from infrarsi.controller.errors import ScopeError
 from infrarsi.verifier import sandbox
 from infrarsi.verifier.exec import ExecOptions, WrapperError, run_wrapped
-from tests.campaign.helpers import cli_env, git_env, git_repo, infrarsi, TOY
+from tests.campaign.helpers import git as _git
 
 DATA = b"tokens" * 1000
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          env=git_env()).stdout
 
 
 @pytest.fixture()

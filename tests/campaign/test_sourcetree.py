@@ -14,14 +14,9 @@ from infrarsi.controller.campaign.apply import apply_result
 from infrarsi.controller.campaign.artifacts import combined_diff
 from infrarsi.controller.campaign.sourcetree import prepare_source, remove_source
 from infrarsi.controller.errors import PatchError
-from tests.campaign.helpers import git_env
+from tests.campaign.helpers import git as _git
 
 TRAIN = "import json\n\n\ndef main():\n    lr = 1\n    return lr\n"
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          env=git_env()).stdout
 
 
 def _diff(repo: Path, rel: str, new: str) -> str:

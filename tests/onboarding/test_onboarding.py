@@ -13,14 +13,14 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
 from io import StringIO
 from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
 
-from tests.campaign.helpers import cli_env, git_env, git_repo, infrarsi
+from tests.campaign.helpers import cli_env, git_repo, infrarsi
+from tests.campaign.helpers import git as _git
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = HERE / "scripts"
@@ -35,11 +35,6 @@ UPDATES = 12
 TRIAL_ONLY = [f"--max_iters={UPDATES}", "--eval_interval=0", "--log_interval=1000"]
 #: the docs' section heading that states each script's line count, e.g. "## 2. nanoGPT-style ... (6 added lines)"
 DOC_SECTION = {"prefetch": "nanoGPT-style prefetching", "globals": "torchrun / DistributedDataParallel"}
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          env=git_env()).stdout
 
 
 def _markers(script: Path) -> list[int]:
