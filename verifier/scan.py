@@ -9,7 +9,9 @@ or a JSON config line is not an error, while ``RuntimeError: NCCL error ...`` or
 
 :func:`classify_line` is pure; :func:`parse_oom` extracts the allocator's requested
 and free GiB from PyTorch's "CUDA out of memory. Tried to allocate 2.00 GiB ...
-of which 1.10 GiB is free" message (MiB/KiB/GiB units accepted).
+of which 1.10 GiB is free" message (MiB/KiB/GiB units accepted) for the wrapper;
+:func:`parse_oom_detail` reads every fact the message states (the per-process cap,
+what the process held) for the controller's shortfall.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ _SIZE = r"([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B)"
 _REQ = re.compile(r"Tried to allocate\s+" + _SIZE, re.I)
 _FREE = re.compile(r"(?:of which|with)\s+" + _SIZE + r"\s+(?:is\s+)?free", re.I)
 _FREE2 = re.compile(_SIZE + r"\s+free", re.I)
-_UNIT = {"K": 2**-20, "M": 2**-10, "G": 1.0, "T": 2**10}
+_UNIT = {"K": 2**-20, "M": 2**-10, "G": 1.0, "T": 2**10, "B": 2**-30}  # B: "bytes"
 
 
 def _gib(amount: str, unit: str) -> float:
@@ -83,3 +85,37 @@ def parse_oom(line: str) -> dict[str, float | None]:
         "requested_gib": _gib(*req.groups()) if req else None,
         "free_gib": _gib(*free.groups()) if free else None,
     }
+
+
+#: a size with its unit, bytes included (PyTorch prints "0 bytes is free" on a full device)
+_SIZE_OR_BYTES = r"([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B|bytes)"
+_OOM_FIELDS: dict[str, re.Pattern[str]] = {
+    "requested_gib": re.compile(r"Tried to allocate\s+" + _SIZE_OR_BYTES, re.I),
+    "allowed_gib": re.compile(_SIZE_OR_BYTES + r"\s+allowed", re.I),
+    "in_use_gib": re.compile(r"this process has\s+" + _SIZE_OR_BYTES + r"\s+memory in use|" + _SIZE_OR_BYTES
+                             + r"\s+already allocated", re.I),
+    "reserved_gib": re.compile(_SIZE_OR_BYTES + r"\s+reserved in total by PyTorch", re.I),
+    "allocated_gib": re.compile(r"Of the allocated memory\s+" + _SIZE_OR_BYTES + r"\s+is allocated by PyTorch", re.I),
+    "unallocated_gib": re.compile(_SIZE_OR_BYTES + r"\s+is reserved by PyTorch but unallocated", re.I),
+    "free_gib": re.compile(r"(?:of which|;)\s*" + _SIZE_OR_BYTES + r"\s+(?:is\s+)?free", re.I),
+    "total_gib": re.compile(r"total capacity of\s+" + _SIZE_OR_BYTES + r"|" + _SIZE_OR_BYTES + r"\s+total capacity",
+                            re.I),
+}
+
+
+def parse_oom_detail(line: str) -> dict[str, float]:
+    """What a PyTorch CUDA out-of-memory message states, in GiB: ``requested_gib``, ``allowed_gib`` (the
+    per-process cap of ``torch.cuda.set_per_process_memory_fraction``: ``"40.00 GiB allowed"``),
+    ``in_use_gib`` (the process's memory in use), ``reserved_gib`` (held by PyTorch's allocator, which is what
+    the per-process cap limits), ``free_gib`` and ``total_gib`` (the whole GPU).  Absent facts are left out."""
+    out: dict[str, float] = {}
+    for key, pat in _OOM_FIELDS.items():
+        m = pat.search(line)
+        if m:
+            amount, unit = [g for g in m.groups() if g is not None][:2]
+            out[key] = _gib(amount, unit)
+    if "reserved_gib" not in out and "allocated_gib" in out:
+        out["reserved_gib"] = out["allocated_gib"] + out.get("unallocated_gib", 0.0)
+    out.pop("allocated_gib", None)
+    out.pop("unallocated_gib", None)
+    return out

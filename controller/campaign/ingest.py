@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from infrarsi.controller.executors.base import LOG_NAME
-from infrarsi.controller.executors.classify import exception_line, last_log_line, log_tail, oom_need, parse_oom_detail
+from infrarsi.controller.executors.classify import exception_line, last_log_line, log_tail, oom_need
+from infrarsi.verifier.scan import parse_oom_detail
 from infrarsi.controller.store.records import Ingest, TrialRecord, VerdictItem
 from infrarsi.verifier import speed
 from infrarsi.verifier.judge import judge, window_mean_step_time, window_step_times

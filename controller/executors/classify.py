@@ -2,8 +2,8 @@
 backend's state, then the job's logs -- never the backend state alone.
 
 Also the readable failure facts read from a job's log: :func:`exception_line` (the script's own
-``ValueError: bad value``, not a launcher's traceback) and :func:`parse_oom_detail` (what a PyTorch
-out-of-memory message says about the process's own cap).
+``ValueError: bad value``, not a launcher's traceback) and :func:`oom_need` (what an out-of-memory message,
+parsed by :func:`infrarsi.verifier.scan.parse_oom_detail`, says the process needed against its own cap).
 
 The receipt is read as *unverified* JSON (executors do not hold the master
 key); the campaign engine verifies the signature later.  Shape used (written
@@ -204,43 +204,6 @@ def last_log_line(log_text: str) -> str | None:
         if line:
             return line if len(line) <= MAX_REASON_LINE else line[:MAX_REASON_LINE - 3] + "..."
     return None
-
-
-_SIZE = r"([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B|bytes)"
-_OOM_FIELDS: dict[str, re.Pattern[str]] = {
-    "requested_gib": re.compile(r"Tried to allocate\s+" + _SIZE, re.I),
-    "allowed_gib": re.compile(_SIZE + r"\s+allowed", re.I),
-    "in_use_gib": re.compile(r"this process has\s+" + _SIZE + r"\s+memory in use|" + _SIZE + r"\s+already allocated",
-                             re.I),
-    "reserved_gib": re.compile(_SIZE + r"\s+reserved in total by PyTorch", re.I),
-    "allocated_gib": re.compile(r"Of the allocated memory\s+" + _SIZE + r"\s+is allocated by PyTorch", re.I),
-    "unallocated_gib": re.compile(_SIZE + r"\s+is reserved by PyTorch but unallocated", re.I),
-    "free_gib": re.compile(r"(?:of which|;)\s*" + _SIZE + r"\s+(?:is\s+)?free", re.I),
-    "total_gib": re.compile(r"total capacity of\s+" + _SIZE + r"|" + _SIZE + r"\s+total capacity", re.I),
-}
-_UNIT_GIB = {"K": 2.0 ** -20, "M": 2.0 ** -10, "G": 1.0, "T": 2.0 ** 10, "b": 2.0 ** -30}
-
-
-def _gib(m: re.Match[str]) -> float:
-    groups = [g for g in m.groups() if g is not None]
-    return float(groups[0]) * _UNIT_GIB[groups[1][0]]
-
-
-def parse_oom_detail(line: str) -> dict[str, float]:
-    """What a PyTorch CUDA out-of-memory message states, in GiB: ``requested_gib``, ``allowed_gib`` (the
-    per-process cap of ``torch.cuda.set_per_process_memory_fraction``: ``"40.00 GiB allowed"``),
-    ``in_use_gib`` (the process's memory in use), ``reserved_gib`` (held by PyTorch's allocator, which is what
-    the per-process cap limits), ``free_gib`` and ``total_gib`` (the whole GPU).  Absent facts are left out."""
-    out: dict[str, float] = {}
-    for key, pat in _OOM_FIELDS.items():
-        m = pat.search(line)
-        if m:
-            out[key] = _gib(m)
-    if "reserved_gib" not in out and "allocated_gib" in out:
-        out["reserved_gib"] = out["allocated_gib"] + out.get("unallocated_gib", 0.0)
-    out.pop("allocated_gib", None)
-    out.pop("unallocated_gib", None)
-    return out
 
 
 def oom_need(detail: dict[str, float], peak_gib: float | None = None) -> tuple[float | None, float | None, str]:

@@ -22,7 +22,8 @@ from verifier_receipts import N, WINDOW, receipt_dict  # noqa: E402
 from infrarsi.controller.campaign.ingest import build_ingest  # noqa: E402
 from infrarsi.controller.cli.campaign_cmd import short_reason, trial_dir_name  # noqa: E402
 from infrarsi.controller.campaign.trialspec import trial_dirs  # noqa: E402
-from infrarsi.controller.executors.classify import exception_line, parse_oom_detail  # noqa: E402
+from infrarsi.controller.executors.classify import exception_line  # noqa: E402
+from infrarsi.verifier.scan import parse_oom_detail  # noqa: E402
 from infrarsi.controller.store.records import TrialRecord  # noqa: E402
 from infrarsi.verifier import signing  # noqa: E402
 from infrarsi.verifier.spec import JudgeSpec  # noqa: E402
