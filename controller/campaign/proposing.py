@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from infrarsi.controller.contract.model import Contract
 from infrarsi.controller.errors import InfrarsiError, PatchError, one_line
+from infrarsi.controller.proposers.ledger import record_outcome
 from infrarsi.controller.proposers.spec import FolderSpec, ProposersSpec
 from infrarsi.controller.store.records import CampaignRecord, TrialRecord
 from infrarsi.controller.store.stage_records import Doctor, Scope, doctor_or_none, result_of, scope_of, scope_or_none
@@ -205,7 +206,7 @@ class ProposerRunner:
         outcomes: list[ProposerOutcome] = []
         width = max(1, spec.max_concurrent)
         for i in range(0, len(askers), width):
-            futs = [self._submit(_safe_propose, p, ctx) for p in askers[i:i + width]]
+            futs = [self._submit(p.propose, ctx) for p in askers[i:i + width]]
             outcomes += [f.result() for f in futs]
         for o in outcomes:
             self._ledger(c, o, "doctor", "priors")
@@ -267,7 +268,7 @@ class ProposerRunner:
                     continue  # earlier proposals not measured yet: the next round should see their results
             ctx = self.context(c, kind, ctrl=ctrl, stack=stack)
             req = _Request(c.id, p.name, kind, why, len(ctrl.history), stack)
-            req.future = self._submit(_safe_propose, p, ctx)
+            req.future = self._submit(p.propose, ctx)
             st.inflight.append(req)
             self.engine.progress(f"[{c.id}] asking proposer {p.name} for {kind} ({why})")
         return False
@@ -278,7 +279,7 @@ class ProposerRunner:
             return False
         for r in done:
             st.inflight.remove(r)
-            outcome = r.future.result()  # _safe_propose never raises
+            outcome = r.future.result()  # Proposer.propose is guarded (proposers/base.py): never raises
             self._admit(c, st, r, outcome)
         return True
 
@@ -338,12 +339,7 @@ class ProposerRunner:
 
     def _ledger(self, c: CampaignRecord, o: "ProposerOutcome", stage: str, request: str) -> None:
         """One proposer-ledger row (tokens, USD when priced, wall time, outcome) for one answered request."""
-        prop = o.proposal if o.ok else None
-        self.engine.store.add_proposer_request(
-            c.id, stage=stage, proposer=o.proposer, kind=o.kind, request=request, model=o.model or "-",
-            tokens_in=int(o.tokens_in), tokens_out=int(o.tokens_out), usd=o.usd, wall_s=float(o.wall_s),
-            outcome=o.outcome, reason=o.reason, prompt_digest=o.prompt_digest,
-            n_priors=len(prop.priors) if prop else 0, n_patches=len(prop.patches) if prop else 0)
+        record_outcome(self.engine.store, c.id, o, request=request, stage=stage)
 
     # ---------------------------------------------------------------- prompt context
     def context(self, c: CampaignRecord, kind: str, *, doctor: Doctor | None = None,
@@ -358,15 +354,6 @@ def _upside_low(ctrl: "SearchController", busy: list) -> bool:
     from infrarsi.controller.search import proposals
 
     return not proposals.untested_patches(ctrl, set(busy)) and proposals.config_upside(ctrl) < ctrl.gate
-
-
-def _safe_propose(p: "Proposer", ctx: "PromptContext") -> "ProposerOutcome":
-    """``p.propose(ctx)``; a proposer that raises anyway becomes a failed outcome (bad output never fails a
-    campaign)."""
-    try:
-        return p.propose(ctx)
-    except Exception as exc:  # noqa: BLE001 - the contract says never raises; enforce it here
-        return p.failed(f"proposer raised {type(exc).__name__}: {exc}")
 
 
 def _patch_name(proposer: str, digest: str, rnd: int, i: int, patches: dict, refused: dict,
