@@ -93,6 +93,7 @@ for x in data:
     rl.grads(); opt.step(); opt.zero_grad(); rl.end(loss)
 rl.finish()
 if ddp:
+    dist.barrier()  # neither rank tears gloo down while the other still talks (an intermittent SIGABRT otherwise)
     dist.destroy_process_group()
 """
 
