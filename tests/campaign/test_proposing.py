@@ -6,6 +6,7 @@ The one fake is the remote model: a scripted OpenAI-compatible server on 127.0.0
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -228,7 +229,13 @@ def test_verified_patches_that_conflict_when_stacked_are_sent_back_for_completio
     with llm:
         engine = world.engine(world.executor(scripted_receipt(step_time_s=step)))
         cid = world.campaign(engine).id
-        c = run_until(engine, cid, lambda c: c.state not in ("init", "doctor", "run"), max_ticks=600)
+        # the model answers on a background thread: a deadline in seconds, not in ticks (a loaded machine answers
+        # slower than an idle engine ticks)
+        deadline = time.monotonic() + 300
+        c = engine.store.get_campaign(cid)
+        while c.state in ("init", "doctor", "run"):
+            assert time.monotonic() < deadline, f"campaign {cid} stuck in {c.state}\n" + "\n".join(world.log)
+            c = engine.tick(cid)
         assert c.state != "failed", c.error
         assert any("Each verified patch below passed" in p for p in llm.prompts), "\n".join(world.log)
     rounds = c.scope["proposal_rounds"]
