@@ -73,7 +73,7 @@ def test_plain_loop_adapter_writes_header_updates_footer(tmp_path):
 
 
 DDP = """
-import os, torch, torch.distributed as dist
+import os, sys, torch, torch.distributed as dist
 from infrarsi.verifier.adapters.ddp import DDPReceiptLogger
 ddp = "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1
 if ddp:
@@ -95,6 +95,7 @@ rl.finish()
 if ddp:
     dist.barrier()  # neither rank tears gloo down while the other still talks (an intermittent SIGABRT otherwise)
     dist.destroy_process_group()
+    sys.stdout.flush(); sys.stderr.flush(); os._exit(0)  # no interpreter teardown: gloo threads can abort it
 """
 
 

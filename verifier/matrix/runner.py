@@ -140,11 +140,17 @@ def run_matrix(jobs: int = 2, only: list[str] | None = None, keep: Path | None =
         manifest.write_text(json.dumps({FROZEN_NAME: sha}))
         spec = matrix_spec(sha)
         runs: list[tuple[Case, str]] = [(REFERENCE, "reference-1"), (REFERENCE, "reference-2")]
-        slow_first = sorted(cases, key=lambda c: (c.launcher != "torchrun", c.name != "hang", c.name != "memory_over_cap"))
+        # Multi-rank cases run alone: beside another case their ranks fight for the cores, and the skew between
+        # the wrapper's clock and the job's (what L5 timing_consistent judges) then measures the machine's load,
+        # not the job (seen: |delta ln| 0.047 for an honest 2-rank run on a loaded 2-core machine).
+        alone = [(c, c.name) for c in cases if c.nproc > 1]
+        slow_first = sorted((c for c in cases if c.nproc <= 1),
+                            key=lambda c: (c.launcher != "torchrun", c.name != "hang", c.name != "memory_over_cap"))
         runs += [(c, c.name) for c in slow_first]
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             futures = {rid: pool.submit(_run_case, c, rid, root, master, manifest) for c, rid in runs}
             done = {rid: f.result() for rid, f in futures.items()}
+        done.update({rid: _run_case(c, rid, root, master, manifest) for c, rid in alone})
         refs = [done[r][0].read_bytes() for r in ("reference-1", "reference-2")]
         results = []
         for case in cases:
