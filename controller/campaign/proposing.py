@@ -284,10 +284,10 @@ class ProposerRunner:
         return True
 
     def _admit(self, c: CampaignRecord, st: _CampaignState, req: _Request, o: "ProposerOutcome") -> None:
-        """Record one answer: ledger row first, then the scope (accepted patches, provenance, refusals, round)."""
+        """Record one answer: its ledger row and the scope it changes (accepted patches, provenance, refusals, the
+        round) in one transaction, so a crash never pays for an answer twice nor keeps one without its cost."""
         from infrarsi.controller.patches.intake import check_patch
 
-        self._ledger(c, o, "run", req.kind)
         contract = self.engine.contract(c)
         fresh = self.engine.store.get_campaign(c.id)
         scope = scope_of(fresh)
@@ -332,7 +332,7 @@ class ProposerRunner:
                        "patches": accepted, "refused": refused_now})
         scope = scope.replace(patches=patches, patch_provenance=provenance, refused_patches=refused,
                               proposal_rounds=rounds)
-        self.engine.store.update_campaign(c.id, scope=scope.dump())
+        record_outcome(self.engine.store, c.id, o, request=req.kind, stage="run", scope=scope.dump())
         tail = f" — {o.reason}" if o.reason else ""
         self.engine.progress(f"[{c.id}] proposer {o.proposer} ({req.kind}): {len(accepted)} patch(es) accepted, "
                              f"{len(refused_now)} refused{tail}")

@@ -218,10 +218,13 @@ class Store(ABC):
     def add_proposer_request(self, campaign_id: int, *, stage: str, proposer: str, kind: str, request: str,
                              model: str, tokens_in: int, tokens_out: int, usd: float | None, wall_s: float,
                              outcome: str, reason: str, prompt_digest: str, n_priors: int = 0,
-                             n_patches: int = 0) -> ProposerRequestRecord:
+                             n_patches: int = 0, scope: dict[str, Any] | None = None) -> ProposerRequestRecord:
         """Append one proposer-ledger row (and, when tokens were spent, a cost row with ``llm_tokens`` at
         ``stage``) in one transaction.  ``reason`` is cut to one line of at most 500 characters.  ValueError
-        (one line) for an outcome other than ok/failed or a negative count; StoreError for an unknown campaign."""
+        (one line) for an outcome other than ok/failed or a negative count; StoreError for an unknown campaign.
+
+        ``scope``: when given, the campaign's scope record is replaced by it in the same transaction, so an answer
+        that was paid for is never recorded without what it brought (and never brought without its ledger row)."""
 
     @abstractmethod
     def proposer_requests(self, campaign_id: int) -> list[ProposerRequestRecord]:

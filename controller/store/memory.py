@@ -430,10 +430,13 @@ class MemoryStore(ExperienceMemoryMixin, Store):
                                        stage=stage, partition=None, gpu_seconds=0.0, failure_class=None,
                                        llm_tokens=int(llm_tokens)))
 
-    def add_proposer_request(self, campaign_id: int, **fields: Any) -> ProposerRequestRecord:
+    def add_proposer_request(self, campaign_id: int, *, scope: dict[str, Any] | None = None,
+                             **fields: Any) -> ProposerRequestRecord:
         f = clean_proposer_request(**{"n_priors": 0, "n_patches": 0, **fields})
         with self._write():
-            self._campaign(campaign_id)
+            camp = self._campaign(campaign_id)
+            if scope is not None:
+                self.db.campaigns[campaign_id] = replace(camp, updated_at=_now(), scope=_copy(scope))
             rec = ProposerRequestRecord(id=self.db.next_id("proposer_requests"), campaign_id=campaign_id,
                                         created_at=_now(), **f)
             self.db.proposer_requests.append(rec)

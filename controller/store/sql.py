@@ -362,11 +362,15 @@ class SqlStore(ExperienceSqlMixin, Store):
         with self._tx() as s:
             s.add(m.CostEntry(campaign_id=campaign_id, stage=stage, llm_tokens=llm_tokens))
 
-    def add_proposer_request(self, campaign_id: int, **fields: Any) -> ProposerRequestRecord:
+    def add_proposer_request(self, campaign_id: int, *, scope: dict[str, Any] | None = None,
+                             **fields: Any) -> ProposerRequestRecord:
         f = clean_proposer_request(**{"n_priors": 0, "n_patches": 0, **fields})
         with self._tx() as s:
-            if s.get(m.Campaign, campaign_id) is None:
+            camp = s.get(m.Campaign, campaign_id, with_for_update=scope is not None and self.dialect == "postgresql")
+            if camp is None:
                 raise KeyError(f"no campaign {campaign_id}")
+            if scope is not None:
+                camp.scope_json = scope
             row = m.ProposerRequest(campaign_id=campaign_id, **f)
             s.add(row)
             if f["tokens_in"] + f["tokens_out"] > 0:

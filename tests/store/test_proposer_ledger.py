@@ -84,6 +84,19 @@ def test_bad_rows_are_refused_and_nothing_is_recorded(store: Store, bad: dict, m
         store.add_proposer_request(999, **_row())
 
 
+def test_a_row_and_the_scope_it_brings_are_one_transaction(store: Store) -> None:
+    """The campaign records a paid answer and the patches it brought together: both or neither."""
+    c = _campaign(store)
+    store.update_campaign(c.id, scope={"patches": {"old": "diff"}})
+    row = store.add_proposer_request(c.id, scope={"patches": {"old": "diff", "gpt-1": "diff2"}}, **_row())
+    assert store.get_campaign(c.id).scope == {"patches": {"old": "diff", "gpt-1": "diff2"}}
+    assert [r.id for r in store.proposer_requests(c.id)] == [row.id]
+    with pytest.raises(ValueError, match="outcome must be ok or failed"):
+        store.add_proposer_request(c.id, scope={"patches": {}}, **_row(outcome="maybe"))
+    assert store.get_campaign(c.id).scope == {"patches": {"old": "diff", "gpt-1": "diff2"}}  # untouched
+    assert len(store.proposer_requests(c.id)) == 1
+
+
 def test_upgrade_from_stored_0004_keeps_rows_and_adds_the_ledger(tmp_path: Path) -> None:
     """The newest stored database (v0004) upgrades to head with its rows intact and a working ledger; a downgrade
     to 0005 removes the ledger and keeps the rest."""
