@@ -127,6 +127,9 @@ def semantic_problems(contract: Contract, base_dir: Path) -> list[tuple[Loc, str
         except _GlobError as exc:
             out.append(((exc.field, exc.index), exc.message))
 
+    if repo.is_dir():
+        out.extend(_input_problems(contract, repo))
+
     for i, prec in enumerate(contract.precision_menu):
         if prec not in KNOWN_PRECISIONS:
             out.append((("precision_menu", i), f"'{prec}' is not a known precision {sorted(KNOWN_PRECISIONS)}"))
@@ -226,6 +229,41 @@ def semantic_problems(contract: Contract, base_dir: Path) -> list[tuple[Loc, str
     if coupling_ok and not any(loc[0] == "knobs" and loc[-1] == "reference" for loc, _ in out):
         out.extend(_conservation_problems(contract))
     out.extend(_forbid_problems(contract))
+    return out
+
+
+def _input_problems(contract: Contract, repo: Path) -> list[tuple[Loc, str]]:
+    """What ``init`` would refuse about ``inputs:`` (controller/campaign/inputs.py, the same checks, without hashing
+    anything): a missing path, a link leading out of the repo, a path under or holding ``.git``, a special file, an
+    ``at`` outside the job's directory or through a symlink, an ``at`` hiding a frozen or editable file, two inputs
+    at overlapping places.  The controller's own state is checked at ``init``, where it is known."""
+    from infrarsi.controller.campaign.inputs import resolve_input  # the one implementation of the rules
+    from infrarsi.controller.errors import ScopeError
+
+    out: list[tuple[Loc, str]] = []
+    try:
+        locked = sorted(_expand(repo, contract.editable_files) | _expand(repo, contract.frozen_files, "frozen_files"))
+    except _GlobError:
+        locked = []  # reported by the file checks
+    seen: list[tuple[int, str]] = []
+    for i, inp in enumerate(contract.inputs):
+        try:
+            item = resolve_input(repo, inp)
+        except ScopeError as exc:
+            msg = str(exc).removeprefix("inputs: ")
+            out.append((("inputs", i, "at" if "': at '" in msg else "path"), msg))
+            continue
+        at = item["at"]
+        if not Path(at).is_absolute():
+            hidden = [f for f in locked if f == at or f.startswith(at.rstrip("/") + "/")]
+            if hidden:
+                out.append((("inputs", i, "at"), f"'{at}' would hide {hidden[0]}, which trials must take from the "
+                                                 f"locked commit (a frozen or editable file)"))
+        for j, other in seen:
+            a, b = Path(at), Path(other)
+            if a == b or a in b.parents or b in a.parents:
+                out.append((("inputs", i, "at"), f"'{at}' overlaps inputs[{j}] at '{other}'"))
+        seen.append((i, at))
     return out
 
 

@@ -302,3 +302,31 @@ def test_contracts_written_before_the_new_fields_keep_their_digest(tmp_path: Pat
     assert contract_digest(load_contract(write(tmp_path, DIGEST_STABLE))) == DIGEST_BEFORE
     with_forbid = DIGEST_STABLE + "forbid:\n  - {dtype: bf16, micro_batch: 64}\n"
     assert contract_digest(load_contract(write(tmp_path, with_forbid))) != DIGEST_BEFORE
+
+
+def test_inputs_init_would_refuse_are_refused_at_check(tmp_path: Path) -> None:
+    """`contract check` applies init's input rules (controller/campaign/inputs.py) with one line per input."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.bin").write_bytes(b"tokens")
+    (tmp_path / "model.py").write_text("# frozen\n")
+    (tmp_path / "outside").symlink_to("/etc")
+    good = BASE + "frozen_files: [model.py]\ninputs:\n  - {path: data}\n"
+    assert problems(tmp_path, good) == []
+    bad = BASE + ("frozen_files: [model.py]\ninputs:\n"
+                  "  - {path: data/missing.bin}\n"        # 0: does not exist
+                  "  - {path: outside}\n"                 # 1: a link leading out of the repo
+                  "  - {path: ../elsewhere}\n"            # 2: leaves the repo
+                  "  - {path: data, at: model.py}\n"      # 3: hides a frozen file
+                  "  - {path: data, at: ../up}\n"         # 4: at leaves the job's directory
+                  "  - {path: data/train.bin, at: weights/train.bin}\n")  # 5: a file input elsewhere: fine
+    out = problems(tmp_path, bad)
+    by_index = {int(line.split("inputs[")[1].split("]")[0]): line for line in out if "inputs[" in line}
+    assert "does not exist" in by_index[0]
+    assert "outside the repository" in by_index[1] and "/etc" in by_index[1]
+    assert "leaves the repository" in by_index[2]
+    assert "would hide model.py" in by_index[3] and "inputs[3].at" in by_index[3]
+    assert "inside the job's working directory" in by_index[4]
+    assert 5 not in by_index
+    assert all(line.count("\n") == 0 for line in out)
+    overlap = problems(tmp_path, BASE + "inputs:\n  - {path: data}\n  - {path: data/train.bin, at: data/x.bin}\n")
+    assert len(overlap) == 1 and "overlaps inputs[0]" in overlap[0], overlap
