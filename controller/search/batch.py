@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from infrarsi.controller.search.space import PATCH, Candidate, settings_key
+from infrarsi.controller.search.view import SearchView, view_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from infrarsi.controller.search.controller import SearchController
@@ -37,7 +38,7 @@ PROBES_AFTER = 1
 HEDGE_PLAN: tuple[tuple[tuple[int, int], ...], ...] = (((0, 0),), ((0, 1),), ((1, 0),))
 
 
-def hedges_of(ctrl: "SearchController", start: Candidate, limit: int = 2) -> list[Candidate]:
+def hedges_of(ctrl: "SearchView | SearchController", start: Candidate, limit: int = 2) -> list[Candidate]:
     """Up to ``limit`` hedges of ``start``, each ``start`` with one setting switched, in this order:
 
     * when the memory model doubts ``start`` (p(fit) < :data:`SAFE_FIT`), an OOM is a likely failure:
@@ -50,26 +51,27 @@ def hedges_of(ctrl: "SearchController", start: Candidate, limit: int = 2) -> lis
       pick); these must fit at least as likely as ``start`` (up to :data:`SAFE_FIT`).
 
     Every hedge must be legal, not blocked by the failure ledger, fit with p >= 0.5 and be predicted to
-    clear the measured incumbent by the gate, so it is worth a slot on its own."""
-    coef, _ = ctrl.time.coef()
-    _, y = ctrl._ok_rows()
-    measured = max(0.0, float(y.max()) if len(y) else 0.0)  # the measured incumbent, not a believed one
-    p_start = float(ctrl.predict([start])[2][0])
-    sets = sorted((s for s in start.settings(ctrl.space) if s[0] != PATCH),
-                  key=lambda s: (-abs(ctrl.ledger.risk(s)), settings_key(s)))
+    clear the measured incumbent by the gate, so it is worth a slot on its own.  Accepts the controller or
+    its view."""
+    view = view_of(ctrl)
+    coef, _ = view.coefficients()
+    measured = view.measured_best()  # the measured incumbent, not a believed one
+    p_start = float(view.predict([start])[2][0])
+    sets = sorted((s for s in start.settings(view.space) if s[0] != PATCH),
+                  key=lambda s: (-abs(view.risk(s)), settings_key(s)))
     switches: list[tuple[Candidate, float, float]] = []  # by falling risk, then the knob's best value first
     for s in sets:
-        knob = ctrl.space.knob(s[0])
+        knob = view.space.knob(s[0])
         alts = sorted((v for v in knob.values if v not in (s[1], knob.reference)),
-                      key=lambda v: (-coef[ctrl.fmap.index[(knob.name, v)]], str(v)))
+                      key=lambda v: (-coef[view.fmap.index[(knob.name, v)]], str(v)))
         for v in alts + [knob.reference]:
             alt = start.with_values({knob.name: v})
-            if alt in ctrl.starts or alt.is_reference(ctrl.space) or not ctrl.space.legal(alt.as_dict()):
+            if alt in view.starts or alt.is_reference(view.space) or not view.space.legal(alt.as_dict()):
                 continue
-            if ctrl.ledger.blocked(alt.settings(ctrl.space)) is not None:
+            if view.blocked(alt.settings(view.space)) is not None:
                 continue
-            mu, _, p = ctrl.predict([alt])
-            if p[0] >= 0.5 and mu[0] >= measured + ctrl.gate:
+            mu, _, p = view.predict([alt])
+            if p[0] >= 0.5 and mu[0] >= measured + view.gate:
                 switches.append((alt, float(mu[0]), float(p[0])))
     out: list[Candidate] = []
     if p_start < SAFE_FIT:
@@ -77,9 +79,9 @@ def hedges_of(ctrl: "SearchController", start: Candidate, limit: int = 2) -> lis
         out += [t[0] for t in safe[:1]]
     done: set[str] = set()
     for alt, _, p in switches:
-        knob = next(k for k in ctrl.space.knobs if alt.value(k.name) != start.value(k.name))
-        setting = next(x for x in start.settings(ctrl.space) if x[0] == knob.name)
-        if abs(ctrl.ledger.risk(setting)) < AGGRESSIVE * ctrl.gate:
+        knob = next(k for k in view.space.knobs if alt.value(k.name) != start.value(k.name))
+        setting = next(x for x in start.settings(view.space) if x[0] == knob.name)
+        if abs(view.risk(setting)) < AGGRESSIVE * view.gate:
             break  # settings by falling risk: the rest are too mild to be a failure's prime suspect
         if knob.name in done or p < min(p_start, SAFE_FIT):
             continue
@@ -89,20 +91,20 @@ def hedges_of(ctrl: "SearchController", start: Candidate, limit: int = 2) -> lis
     return out[:limit]
 
 
-def starts_and_hedges(ctrl: "SearchController", busy: set[Candidate],
+def starts_and_hedges(view: SearchView, busy: set[Candidate],
                       probes: Callable[[], Iterable[tuple[str, Candidate]]] = lambda: ()) -> Iterator[tuple[str, Candidate]]:
     """The starts in order, each followed by the hedges :data:`HEDGE_PLAN` places after it; a hedge only
     while its start is busy (asked, not yet told).  With anything busy, ``probes()`` (the contrarian
     probe) comes right after the hedges that follow the second start, so hedges never push it far from
     the first slots."""
     cache: dict[int, list[Candidate]] = {}
-    for i, start in enumerate(ctrl.starts):
+    for i, start in enumerate(view.starts):
         yield "start", start
         for j, rank in HEDGE_PLAN[i] if i < len(HEDGE_PLAN) else ():
-            if j >= len(ctrl.starts) or ctrl.starts[j] not in busy or ctrl.starts[j] in ctrl.told:
+            if j >= len(view.starts) or view.starts[j] not in busy or view.is_told(view.starts[j]):
                 continue
             if j not in cache:
-                cache[j] = hedges_of(ctrl, ctrl.starts[j])
+                cache[j] = hedges_of(view, view.starts[j])
             if rank < len(cache[j]):
                 yield "hedge", cache[j][rank]
         if i == PROBES_AFTER and busy:

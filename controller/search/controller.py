@@ -14,6 +14,11 @@ Batches and asynchronous slots: ``ask(q)`` fills slots one at a time and equals
 ``q`` successive ``ask(1, pending=...)`` calls; busy candidates are fantasized
 into the time model at their predicted mean and may stand in as the believed
 incumbent (see :meth:`SearchController._fantasized`).
+
+Operators: :mod:`proposals` and :mod:`batch` receive :attr:`SearchController.view`, a read-only
+:class:`~infrarsi.controller.search.view.SearchView`, never the controller itself; the follow-up queue
+(:class:`~infrarsi.controller.search.view.FollowUps`) is the one thing their ``on_*`` hooks change,
+inside :meth:`SearchController.tell`.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from infrarsi.controller.search.models import MemoryModel, TimeModel, log_speedu
 from infrarsi.controller.search.promotion import decide_promotion, search_evidence
 from infrarsi.controller.search.space import (PATCH, Candidate, KnobSpec, Outcome, Promotion, SearchSpace, Setting,
                                      settings_key)
+from infrarsi.controller.search.view import FollowUps, SearchView
 from infrarsi.surrogate.amdahl import amdahl_ceiling
 
 DEFAULT_TUNING: dict[str, Any] = {
@@ -121,8 +127,7 @@ class SearchController:
         self.outstanding: dict[Candidate, None] = {}
         self.tabu: set[Candidate] = set()
         self.tabu_moves: dict[Setting, int] = {}
-        self.queue: list[tuple[str, Candidate]] = []
-        self.queue_tags: dict[Candidate, str] = {}
+        self.followups = FollowUps()  # changed only by the proposals' on_* hooks, inside tell
         self.incumbent: Candidate = self.reference
         self.incumbent_y = 0.0
         self.stall = 0
@@ -130,8 +135,20 @@ class SearchController:
         self.blame_log: list[str] = []
         self.pre_execution_rejections = 0
         self.proposed_by: dict[Candidate, str] = {}  # operator that proposed each asked candidate (reports only)
-        self.pool = proposals.Pool(self)
-        self.starts = proposals.initial_starts(self)
+        #: the read-only interface every proposal operator receives (controller/search/view.py)
+        self.view = SearchView(self)
+        self.pool = proposals.Pool(self.view)
+        self.starts = proposals.initial_starts(self.view)
+
+    @property
+    def queue(self) -> list[tuple[str, Candidate]]:
+        """Queued follow-ups ``(tag, candidate)`` (the :class:`FollowUps` list; read it, do not change it)."""
+        return self.followups.items
+
+    @property
+    def queue_tags(self) -> dict[Candidate, str]:
+        """The tag every candidate ever queued got (read it, do not change it)."""
+        return self.followups.tags
 
     # ------------------------------------------------------------------ priors
     def _knob_priors(self) -> tuple[np.ndarray, np.ndarray]:
@@ -236,7 +253,7 @@ class SearchController:
             rng = np.random.default_rng([self.seed, len(self.history), len(busy)])
             got: tuple[str, Candidate] | None = None
             with self._fantasized(busy):
-                for op, cand in proposals.propose(self, rng, taken, busy):
+                for op, cand in proposals.propose(self.view, rng, taken, busy):
                     why = self.admissible(cand, taken)
                     if why is not None:
                         self.pre_execution_rejections += 1
@@ -315,7 +332,7 @@ class SearchController:
         if outcome.status == "ok":
             self._maybe_add_pairs(cand, outcome)
         improved = False
-        tag = self.queue_tags.get(cand, "")
+        tag = self.followups.tags.get(cand, "")
         old_incumbent = self.incumbent
         if outcome.status == "ok":
             y = log_speedup(self.t0, outcome.step_time_s)
@@ -324,15 +341,15 @@ class SearchController:
                 old = self.incumbent
                 self.incumbent, self.incumbent_y = cand, y
                 if improved:
-                    proposals.on_improvement(self, old, cand)
+                    proposals.on_improvement(self.view, self.followups, old, cand)
             if tag.startswith("backtrack"):
-                proposals.on_backtrack_ok(self, cand, old_incumbent)
+                proposals.on_backtrack_ok(self.view, self.followups, cand, old_incumbent)
         else:
             self._tabu_move(cand)
             if outcome.status == "oom":
-                proposals.on_oom(self, cand, outcome, prev_pred)
+                proposals.on_oom(self.view, self.followups, cand, outcome, prev_pred)
             elif outcome.status in ("crash", "rejected") and not cand.patches:
-                proposals.on_crash(self, cand)
+                proposals.on_crash(self.view, self.followups, cand)
         if outcome.status == "ok" and not improved:
             self._tabu_move(cand)
         if cand not in self.starts:
@@ -422,9 +439,9 @@ class SearchController:
         """
         if self.conflicting_stacks():
             return "stack"
-        if proposals.untested_patches(self, set(busy)):
+        if proposals.untested_patches(self.view, set(busy)):
             return None
-        return "upside" if proposals.config_upside(self) < self.gate else None
+        return "upside" if proposals.config_upside(self.view) < self.gate else None
 
     def conflicting_stacks(self) -> list[frozenset[str]]:
         """Sets of individually verified patches whose stack failed to apply (oldest first, no repeats)."""

@@ -10,7 +10,10 @@ backtracking and migration, ordered-axis extrapolation, conflict reverts);
 one contrarian probe; patch stacking and patch exploration; warm restarts
 and trust-region escape over the big-knob set when stalled, else the normal
 trust region; finally the whole pool by acquisition.  Nothing here mutates
-the controller except the ``on_*`` hooks, which run inside ``tell``.
+the controller: operators see it through a read-only
+:class:`~infrarsi.controller.search.view.SearchView`, and only the ``on_*`` hooks, which run inside
+``tell``, change anything: the follow-up queue (:class:`~infrarsi.controller.search.view.FollowUps`)
+they are handed.
 
 With busy candidates: queued follow-ups one move from a busy follow-up wait,
 ranked pool candidates one knob from a busy one come last, "tried" counts the
@@ -28,6 +31,7 @@ import numpy as np
 from infrarsi.controller.search import batch
 from infrarsi.controller.search.models import log_speedup
 from infrarsi.controller.search.space import PATCH, Candidate, Outcome, Setting, settings_key
+from infrarsi.controller.search.view import FollowUps, SearchView, view_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from infrarsi.controller.search.controller import SearchController
@@ -36,9 +40,9 @@ if TYPE_CHECKING:  # pragma: no cover
 class Pool:
     """All knob configurations (or a per-ask sample when the space is too large) as index arrays."""
 
-    def __init__(self, ctrl: "SearchController"):
-        self.ctrl = ctrl
-        space = ctrl.space
+    def __init__(self, view: SearchView):
+        self.view = view
+        space = view.space
         self.knobs = space.knobs
         self.sizes = [len(k.values) for k in self.knobs]
         self.ref_idx = np.array([k.values.index(k.reference) for k in self.knobs])
@@ -46,9 +50,9 @@ class Pool:
         for j, k in enumerate(self.knobs):
             for vi, v in enumerate(k.values):
                 if v != k.reference:
-                    self.col[(j, vi)] = ctrl.fmap.index[(k.name, v)]
+                    self.col[(j, vi)] = view.fmap.index[(k.name, v)]
         n = int(np.prod(self.sizes)) if self.sizes else 1
-        self.full = n <= int(ctrl.tune["pool_limit"])
+        self.full = n <= int(view.tune["pool_limit"])
         self.rows_all = None
         if self.full:
             rows = np.array(list(np.ndindex(*self.sizes)), dtype=int).reshape(n, len(self.knobs))
@@ -68,9 +72,9 @@ class Pool:
     def rows(self, rng: np.random.Generator) -> np.ndarray:
         if self.full:
             return self.rows_all
-        m = int(self.ctrl.tune["pool_sample"])
+        m = int(self.view.tune["pool_sample"])
         rows = np.column_stack([rng.integers(0, s, m) for s in self.sizes]) if self.sizes else np.zeros((1, 0), int)
-        near = [self.row_of(self.ctrl.incumbent)]
+        near = [self.row_of(self.view.incumbent)]
         for j, s in enumerate(self.sizes):
             for v in range(s):
                 r = near[0].copy()
@@ -79,7 +83,7 @@ class Pool:
         return np.unique(np.vstack([rows] + near), axis=0)
 
     def features(self, rows: np.ndarray, patches: frozenset[str]) -> np.ndarray:
-        fm = self.ctrl.fmap
+        fm = self.view.fmap
         X = np.zeros((rows.shape[0], fm.dim))
         for (j, vi), c in self.col.items():
             X[:, c] = rows[:, j] == vi
@@ -94,49 +98,48 @@ class Pool:
 
     def score(self, rows: np.ndarray, patches: frozenset[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(acquisition, mean, sd, p_feasible) per row."""
-        c = self.ctrl
+        tune = self.view.tune
         X = self.features(rows, patches)
-        mu, sd = c.time.predict(X)
-        p = c.mem.p_feasible(X)
-        acq = p * (mu + float(c.tune["beta"]) * sd) - (1 - p) * float(c.tune["fail_penalty"])
+        mu, sd, p = self.view.predict_rows(X)
+        acq = p * (mu + float(tune["beta"]) * sd) - (1 - p) * float(tune["fail_penalty"])
         return acq, mu, sd, p
 
 
-def _legal_unblocked(ctrl: "SearchController", cand: Candidate) -> bool:
-    return ctrl.space.legal(cand.as_dict()) and ctrl.ledger.blocked(cand.settings(ctrl.space)) is None
+def _legal_unblocked(view: SearchView, cand: Candidate) -> bool:
+    return view.space.legal(cand.as_dict()) and view.blocked(cand.settings(view.space)) is None
 
 
-def initial_starts(ctrl: "SearchController") -> list[Candidate]:
+def initial_starts(view: SearchView) -> list[Candidate]:
     """The three starts: experience best, prior best differing in a big knob, random legal."""
-    pool = ctrl.pool
-    rng = np.random.default_rng([ctrl.seed, 7919])
-    prior_big = {s[0] for s, m in zip(ctrl.fmap.singles, ctrl.prior_mu) if s[0] != PATCH and abs(m) >= ctrl.gate}
+    pool = view.pool
+    rng = np.random.default_rng([view.seed, 7919])
+    prior_big = {s[0] for s, m in zip(view.fmap.singles, view.prior_mu) if s[0] != PATCH and abs(m) >= view.gate}
     starts: list[Candidate] = []
-    exp = [r for r in ctrl.experience if "config" in r]
+    exp = [r for r in view.experience if "config" in r]
     if exp:
         best = max(exp, key=lambda r: float(r.get("speedup", 1.0)))
-        d = ctrl.space.reference_config()
-        for k in ctrl.space.knobs:
+        d = view.space.reference_config()
+        for k in view.space.knobs:
             v = best["config"].get(k.name, k.reference)
             d[k.name] = v if v in k.values else k.reference
         cand = Candidate.from_dict(d)
-        if float(ctrl.predict([cand])[2][0]) < 0.5:  # measured elsewhere, maybe with more memory: add a saver
-            saver = _best_saver(ctrl, cand)
+        if float(view.predict([cand])[2][0]) < 0.5:  # measured elsewhere, maybe with more memory: add a saver
+            saver = _best_saver(view, cand)
             if saver is not None:
                 cand = cand.with_values({saver[0]: saver[1]})
-        if not cand.is_reference(ctrl.space) and _legal_unblocked(ctrl, cand):
+        if not cand.is_reference(view.space) and _legal_unblocked(view, cand):
             starts.append(cand)
     sample = pool.rows(rng)
     X = pool.features(sample, frozenset())
-    prior_score = X[:, : len(ctrl.prior_mu)] @ ctrl.prior_mu
-    feas = ctrl.mem.p_feasible(X) >= 0.5
+    prior_score = X[:, : len(view.prior_mu)] @ view.prior_mu
+    feas = view.p_fit_rows(X) >= 0.5
     order = np.lexsort((np.arange(len(sample)), -prior_score))
     for want in range(2 - len(starts)):
         for i in order:
             if not feas[i] or prior_score[i] <= 0:
                 continue
             cand = pool.to_candidate(sample[i])
-            if cand in starts or not _legal_unblocked(ctrl, cand):
+            if cand in starts or not _legal_unblocked(view, cand):
                 continue
             if starts and prior_big and not any(cand.value(k) != s.value(k) for s in starts for k in prior_big):
                 continue
@@ -145,84 +148,84 @@ def initial_starts(ctrl: "SearchController") -> list[Candidate]:
     for _ in range(1000):
         row = np.array([rng.integers(0, s) for s in pool.sizes], dtype=int)
         cand = pool.to_candidate(row)
-        if cand not in starts and not cand.is_reference(ctrl.space) and _legal_unblocked(ctrl, cand):
+        if cand not in starts and not cand.is_reference(view.space) and _legal_unblocked(view, cand):
             starts.append(cand)
             break
     return starts
 
 
-def _with_setting(ctrl: "SearchController", base: Candidate, s: Setting) -> Candidate:
+def _with_setting(view: SearchView, base: Candidate, s: Setting) -> Candidate:
     """``base`` plus setting ``s``, reverting settings banned together with ``s`` and adding a saver if needed."""
     if s[0] == PATCH:
         return Candidate(base.config, base.patches | {s[1]})
     cand = base.with_values({s[0]: s[1]})
-    sets = cand.settings(ctrl.space)
-    for t in list(ctrl.ledger.banned) + list(ctrl.ledger.known_conflicts):
+    sets = cand.settings(view.space)
+    for t in view.conflicts:
         if s in t and set(t) <= sets:
             for other in t:
                 if other != s and other[0] != PATCH:
-                    cand = cand.with_values({other[0]: ctrl.space.knob(other[0]).reference})
-    if float(ctrl.predict([cand])[2][0]) < 0.5:
-        saver = _best_saver(ctrl, cand)
+                    cand = cand.with_values({other[0]: view.space.knob(other[0]).reference})
+    if float(view.predict([cand])[2][0]) < 0.5:
+        saver = _best_saver(view, cand)
         if saver is not None:
             cand = cand.with_values({saver[0]: saver[1]})
     return cand
 
 
-def _saver_options(ctrl: "SearchController", cand: Candidate, exclude: set[str] = frozenset()) -> list[tuple[Setting, float, float]]:
+def _saver_options(view: SearchView, cand: Candidate, exclude: set[str] = frozenset()) -> list[tuple[Setting, float, float]]:
     """Reference-held savers for ``cand``: (setting, GiB saved, posterior speed coef), best first."""
     d = cand.as_dict()
-    coef, _ = ctrl.time.coef()
+    coef, _ = view.coefficients()
     out = []
-    for k in ctrl.space.knobs:
+    for k in view.space.knobs:
         if d[k.name] != k.reference or k.name in exclude:
             continue
         for v in k.values:
             if v == k.reference:
                 continue
-            delta = ctrl.mem_delta((k.name, v))
+            delta = view.mem_delta((k.name, v))
             if delta < 0:
-                out.append(((k.name, v), -delta, float(coef[ctrl.fmap.index[(k.name, v)]])))
+                out.append(((k.name, v), -delta, float(coef[view.fmap.index[(k.name, v)]])))
     out.sort(key=lambda t: (-t[2], -t[1], settings_key(t[0])))
     return out
 
 
-def _best_saver(ctrl: "SearchController", cand: Candidate) -> Setting | None:
-    opts = _saver_options(ctrl, cand)
+def _best_saver(view: SearchView, cand: Candidate) -> Setting | None:
+    opts = _saver_options(view, cand)
     return opts[0][0] if opts else None
 
 
-def _complete_bundle(ctrl: "SearchController", cand: Candidate, skip: set[Setting]) -> tuple[Candidate, Setting | None]:
+def _complete_bundle(view: SearchView, cand: Candidate, skip: set[Setting]) -> tuple[Candidate, Setting | None]:
     """Add reference-held savers (fastest first) until the memory model predicts a fit."""
     first = None
     used: set[str] = set()
     for _ in range(4):
-        if float(ctrl.predict([cand])[2][0]) >= 0.6:
+        if float(view.predict([cand])[2][0]) >= 0.6:
             break
-        opts = [o for o in _saver_options(ctrl, cand, used) if o[0] not in skip]
+        opts = [o for o in _saver_options(view, cand, used) if o[0] not in skip]
         if not opts:
             break
         s = opts[0][0]
         first = first or s
         used.add(s[0])
-        cand = _with_setting(ctrl, cand, s)
+        cand = _with_setting(view, cand, s)
     return cand, first
 
 
-def on_oom(ctrl: "SearchController", cand: Candidate, outcome: Outcome, prev_pred: float) -> None:
+def on_oom(view: SearchView, followups: FollowUps, cand: Candidate, outcome: Outcome, prev_pred: float) -> None:
     """Bundle completion for a high-upside OOM: pair with savers covering the shortfall."""
-    if cand.patches or prev_pred < max(ctrl.incumbent_y, ctrl.gate):
+    if cand.patches or prev_pred < max(view.incumbent_y, view.gate):
         return
     skip: set[Setting] = set()
     for _ in range(2):
-        bundle, first = _complete_bundle(ctrl, cand, skip)
+        bundle, first = _complete_bundle(view, cand, skip)
         if first is None:
             break
-        _enqueue(ctrl, "bundle", bundle)
+        _enqueue(view, followups, "bundle", bundle)
         skip.add(first)
 
 
-def on_crash(ctrl: "SearchController", cand: Candidate) -> None:
+def on_crash(view: SearchView, followups: FollowUps, cand: Candidate) -> None:
     """Conflict backtracking and a one-step switch of the banned tuple's most suspect member.
 
     Backtracking re-tests a high-prior lever alone on the clean reference when it crashed on top of
@@ -230,107 +233,106 @@ def on_crash(ctrl: "SearchController", cand: Candidate) -> None:
     more crash records.  The switch replaces the suspect setting with the knob's best other value
     (by posterior mean; the reference if none is admissible); switches do not chain.
     """
-    sets = frozenset(x for x in cand.settings(ctrl.space) if x[0] != PATCH)
-    new = sets - ctrl.incumbent.settings(ctrl.space)
-    passed = set().union(*ctrl.ledger.passing) if ctrl.ledger.passing else set()
-    t = ctrl.ledger.minimal_tuple(sets) or ()
+    sets = frozenset(x for x in cand.settings(view.space) if x[0] != PATCH)
+    new = sets - view.incumbent.settings(view.space)
+    passed = set().union(*view.passing) if view.passing else set()
+    t = view.minimal_tuple(sets) or ()
     for s in sorted(sets, key=settings_key):
-        high = ctrl.space.knob(s[0]).prior_of(s[1]) >= ctrl.gate
-        repeated = s in t and s not in passed and sum(1 for r in ctrl.ledger.crash_records if s in r) >= 2
+        high = view.space.knob(s[0]).prior_of(s[1]) >= view.gate
+        repeated = s in t and s not in passed and sum(1 for r in view.crash_records if s in r) >= 2
         if (high and s in new and len(new) <= 2) or (repeated and len(sets) > 1):
-            _enqueue(ctrl, "backtrack", ctrl.reference.with_values({s[0]: s[1]}))
-    if ctrl.queue_tags.get(cand) == "revert" or len(t) < 2:
+            _enqueue(view, followups, "backtrack", view.reference.with_values({s[0]: s[1]}))
+    if view.followup_tag(cand) == "revert" or len(t) < 2:
         return
-    seen = {x: sum(1 for p in ctrl.ledger.passing if x in p) for x in t}
-    suspect = min(t, key=lambda x: (seen[x], -abs(ctrl.ledger.risk(x)), settings_key(x)))
-    knob = ctrl.space.knob(suspect[0])
-    coef, _ = ctrl.time.coef()
+    seen = {x: sum(1 for p in view.passing if x in p) for x in t}
+    suspect = min(t, key=lambda x: (seen[x], -abs(view.risk(x)), settings_key(x)))
+    knob = view.space.knob(suspect[0])
+    coef, _ = view.coefficients()
     alts = sorted((v for v in knob.values if v not in (suspect[1], knob.reference)),
-                  key=lambda v: -coef[ctrl.fmap.index[(knob.name, v)]])
+                  key=lambda v: -coef[view.fmap.index[(knob.name, v)]])
     for v in alts + [knob.reference]:
         alt = cand.with_values({knob.name: v})
-        if ctrl.ledger.blocked(alt.settings(ctrl.space)) is None and ctrl.space.legal(alt.as_dict()):
-            _enqueue(ctrl, "revert", alt)
+        if view.blocked(alt.settings(view.space)) is None and view.space.legal(alt.as_dict()):
+            _enqueue(view, followups, "revert", alt)
             break
 
 
-def on_backtrack_ok(ctrl: "SearchController", cand: Candidate, incumbent: Candidate) -> None:
+def on_backtrack_ok(view: SearchView, followups: FollowUps, cand: Candidate, incumbent: Candidate) -> None:
     """A lever verified on the clean reference: migrate ``incumbent``'s compatible settings on top of it."""
-    (s,) = tuple(cand.settings(ctrl.space)) or (None,)
+    (s,) = tuple(cand.settings(view.space)) or (None,)
     if s is None:
         return
     migrated = cand
-    for other in sorted(incumbent.settings(ctrl.space), key=settings_key):
+    for other in sorted(incumbent.settings(view.space), key=settings_key):
         if other[0] in (s[0], PATCH):
             continue
         trial = migrated.with_values({other[0]: other[1]})
-        if ctrl.ledger.blocked(trial.settings(ctrl.space)) is None:
+        if view.blocked(trial.settings(view.space)) is None:
             migrated = trial
-    _enqueue(ctrl, "migrate", Candidate(migrated.config, incumbent.patches))
+    _enqueue(view, followups, "migrate", Candidate(migrated.config, incumbent.patches))
 
 
-def on_improvement(ctrl: "SearchController", old: Candidate, new: Candidate) -> None:
+def on_improvement(view: SearchView, followups: FollowUps, old: Candidate, new: Candidate) -> None:
     """Extrapolate one step further along every ordered axis the improving move changed.
 
     Extrapolations queued from an earlier incumbent are dropped (they are stale).
     """
-    ctrl.queue = [(t, c) for t, c in ctrl.queue if t != "extrapolate" or c in ctrl.told]
-    for k in ctrl.space.knobs:
+    followups.drop(lambda t, c: t != "extrapolate" or view.is_told(c))
+    for k in view.space.knobs:
         if not k.ordered:
             continue
         a, b = k.values.index(old.value(k.name)), k.values.index(new.value(k.name))
         if a != b:
             c = b + (1 if b > a else -1)
             if 0 <= c < len(k.values):
-                _enqueue(ctrl, "extrapolate", new.with_values({k.name: k.values[c]}))
+                _enqueue(view, followups, "extrapolate", new.with_values({k.name: k.values[c]}))
 
 
 #: queue priority per follow-up kind (lower first; newest first within one priority)
 PRIORITY = {"bundle": 0, "revert": 0, "migrate": 0, "extrapolate": 1, "backtrack": 1}
 
 
-def _enqueue(ctrl: "SearchController", tag: str, cand: Candidate) -> None:
-    if cand not in ctrl.queue_tags and cand not in ctrl.told:
-        ctrl.queue.append((tag, cand))
-        ctrl.queue_tags[cand] = tag
+def _enqueue(view: SearchView, followups: FollowUps, tag: str, cand: Candidate) -> None:
+    if not view.is_told(cand):
+        followups.add(tag, cand)
 
 
-def _tried(ctrl: "SearchController", busy: set[Candidate] = frozenset()) -> set[Setting]:
+def _tried(view: SearchView, busy: set[Candidate] = frozenset()) -> set[Setting]:
     """Settings of every told, outstanding or otherwise busy (pending, in this batch) candidate."""
     seen: set[Setting] = set()
-    for c in list(ctrl.told) + list(ctrl.outstanding) + sorted(busy, key=lambda c: c.signature):
-        seen |= c.settings(ctrl.space)
+    for c in list(view.told) + list(view.outstanding) + sorted(busy, key=lambda c: c.signature):
+        seen |= c.settings(view.space)
     return seen
 
 
-def _contrarian(ctrl: "SearchController", busy: set[Candidate] = frozenset()) -> Iterator[tuple[str, Candidate]]:
+def _contrarian(view: SearchView, busy: set[Candidate] = frozenset()) -> Iterator[tuple[str, Candidate]]:
     """Untried settings the prior (stated, or transferred from experience measured elsewhere) rates low (<= 0)
     yet whose two-sigma upside clears the gate."""
-    tried = _tried(ctrl, busy)
+    tried = _tried(view, busy)
     picks = []
-    for s, (prior, post, sd) in ctrl.single_effects().items():
+    for s, (prior, post, sd) in view.single_effects().items():
         if s[0] == PATCH or s in tried:
             continue
-        k = ctrl.space.knob(s[0])
+        k = view.space.knob(s[0])
         stated = bool(k.prior_mean) and s[1] in k.prior_mean
-        if not (stated or s in ctrl.transferred) or prior > 0:
+        if not (stated or s in view.transferred) or prior > 0:
             continue
-        if post + 2 * sd >= ctrl.gate:
+        if post + 2 * sd >= view.gate:
             picks.append((-(post + 2 * sd), settings_key(s), s))
     for _, _, s in sorted(picks)[:1]:
-        yield "contrarian", _with_setting(ctrl, ctrl.incumbent, s)
+        yield "contrarian", _with_setting(view, view.incumbent, s)
 
 
-def _apart_effect(ctrl: "SearchController", s: Setting) -> float | None:
+def _apart_effect(view: SearchView, s: Setting) -> float | None:
     """Mean paired log-speedup of setting ``s`` over pairs of ok trials that differ in exactly ``s`` (the reference
     run counts as a trial at 0), None when it was never measured apart here."""
-    ok = [(c.settings(ctrl.space), log_speedup(ctrl.t0, o.step_time_s)) for c, o in ctrl.history
+    ok = [(c.settings(view.space), log_speedup(view.t0, o.step_time_s)) for c, o in view.history
           if o.status == "ok"] + [(frozenset(), 0.0)]
     diffs = [yx - yy for x, yx in ok if s in x for y, yy in ok if s not in y and x - {s} == y]
     return float(np.mean(diffs)) if diffs else None
 
 
-def _transfer_check(ctrl: "SearchController", busy: set[Candidate] = frozenset()) -> Iterator[tuple[str, Candidate]]:
+def _transfer_check(view: SearchView, busy: set[Candidate] = frozenset()) -> Iterator[tuple[str, Candidate]]:
     """Check a transferred belief: the incumbent without one of its settings whose prior came from experience
     measured elsewhere (distance > 0), says it helps by at least the gate and was not yet measured apart here;
     the largest prior first.
@@ -340,84 +342,88 @@ def _transfer_check(ctrl: "SearchController", busy: set[Candidate] = frozenset()
     at once).  Checks go on only while they refute: once such a belief holds (its paired effect here is at least
     half its prior), the smaller ones are trusted.  Beliefs that a setting hurts are probed by the contrarian
     operator instead.  One proposal per ask."""
-    helps = {st: p for st, p in ctrl.transferred.items() if p >= ctrl.gate and st[0] != PATCH}
-    if not helps or ctrl.incumbent.is_reference(ctrl.space):
+    helps = {st: p for st, p in view.transferred.items() if p >= view.gate and st[0] != PATCH}
+    if not helps or view.incumbent.is_reference(view.space):
         return
     for st, prior in helps.items():
-        got = _apart_effect(ctrl, st)
+        got = _apart_effect(view, st)
         if got is not None and got >= 0.5 * prior:
             return
-    inc = ctrl.incumbent
+    inc = view.incumbent
     picks = []
-    for st in inc.settings(ctrl.space):
-        if st not in helps or _apart_effect(ctrl, st) is not None:
+    for st in inc.settings(view.space):
+        if st not in helps or _apart_effect(view, st) is not None:
             continue
-        cand = inc.with_values({st[0]: ctrl.space.knob(st[0]).reference})
-        if cand in ctrl.told or cand in ctrl.outstanding or cand in busy or cand.is_reference(ctrl.space):
+        cand = inc.with_values({st[0]: view.space.knob(st[0]).reference})
+        if view.is_told(cand) or view.is_outstanding(cand) or cand in busy or cand.is_reference(view.space):
             continue
         picks.append((-helps[st], settings_key(st), cand))
     for _, _, cand in sorted(picks, key=lambda t: (t[0], t[1]))[:1]:
         yield "transfer-check", cand
 
 
-def _patch_ops(ctrl: "SearchController", upside_low: bool,
+def _patch_ops(view: SearchView, upside_low: bool,
                busy: set[Candidate] = frozenset()) -> Iterator[tuple[str, Candidate]]:
-    led = ctrl.ledger
-    coef, _ = ctrl.time.coef()
-    inc = ctrl.incumbent
-    small = [p for p in sorted(led.verified_patches - inc.patches) if p not in led.banned_patches
-             and coef[ctrl.fmap.index[(PATCH, p)]] > 0]
-    replaces = ctrl.tune["patch_replaces"] or {}
+    coef, _ = view.coefficients()
+    inc = view.incumbent
+    verified, banned = view.verified_patches, view.banned_patches
+    small = [p for p in sorted(verified - inc.patches) if p not in banned
+             and coef[view.fmap.index[(PATCH, p)]] > 0]
+    replaces = view.tune["patch_replaces"] or {}
     if replaces:  # never stack a patch with the completion that already combines it
         covered = {r for p in inc.patches | set(small) for r in replaces.get(p, ())}
         small = [p for p in small if p not in covered]
     # two or more verified gains stack even below the gate: patches tried side by side (batch or
     # asynchronous slots) were each measured on the same incumbent and never met on top of each other
-    if len(small) >= 2 or (small and sum(coef[ctrl.fmap.index[(PATCH, p)]] for p in small) >= ctrl.gate):
+    if len(small) >= 2 or (small and sum(coef[view.fmap.index[(PATCH, p)]] for p in small) >= view.gate):
         yield "stack", Candidate(inc.config, inc.patches | set(small))
     # with three or more trials busy a slot is cheap: one unverified patch probe may run beside them
     # even while the knobs still promise more (never two at once)
-    side_probe = len(busy) >= 3 and not any(b.patches - led.verified_patches for b in busy)
+    side_probe = len(busy) >= 3 and not any(b.patches - verified for b in busy)
     if not upside_low and not side_probe:
         return
-    tried = {s[1] for s in _tried(ctrl, busy) if s[0] == PATCH}
-    untested = [p for p in ctrl.space.patches if p not in tried and p not in led.banned_patches]
-    prior = ctrl.tune["patch_priors"] or {}
+    tried = {s[1] for s in _tried(view, busy) if s[0] == PATCH}
+    untested = [p for p in view.space.patches if p not in tried and p not in banned]
+    prior = view.tune["patch_priors"] or {}
     for p in sorted(untested, key=lambda p: (-float(prior.get(p, 0.0)), p))[: None if upside_low else 1]:
         # a completion of a stack (proposer "complete" request) is tried in place of the patches it combines
         yield "patch", Candidate(inc.config, (inc.patches - set(replaces.get(p, ()))) | {p})
 
 
-def config_upside(ctrl: "SearchController") -> float:
+def config_upside(ctrl: "SearchView | SearchController") -> float:
     """Two-sigma upside of the configuration proposals over the incumbent: the largest ``mu + 2 sd`` of a likely
     feasible configuration (incumbent's patches, at least one knob away) minus the incumbent's log-speedup.
-    The same quantity :func:`propose` compares with the gate (paper 4.3); deterministic in the history."""
-    pool = ctrl.pool
-    rows = pool.rows(np.random.default_rng([ctrl.seed, len(ctrl.history), 0]))
-    inc = ctrl.incumbent
+    The same quantity :func:`propose` compares with the gate (paper 4.3); deterministic in the history.
+    Accepts the controller or its view."""
+    view = view_of(ctrl)
+    pool = view.pool
+    rows = pool.rows(np.random.default_rng([view.seed, len(view.history), 0]))
+    inc = view.incumbent
     _, mu, sd, p = pool.score(rows, inc.patches)
     dist = (rows != pool.row_of(inc)).sum(axis=1)
-    ok = p >= float(ctrl.tune["min_p_feasible"])
-    return float(np.max(np.where(ok & (dist > 0), mu + 2 * sd, -np.inf), initial=-np.inf)) - ctrl.incumbent_y
+    ok = p >= float(view.tune["min_p_feasible"])
+    return float(np.max(np.where(ok & (dist > 0), mu + 2 * sd, -np.inf), initial=-np.inf)) - view.incumbent_y
 
 
-def untested_patches(ctrl: "SearchController", busy: set[Candidate] = frozenset()) -> list[str]:
-    """Patches of the space not yet tried (told, outstanding or busy) and not banned."""
-    tried = {s[1] for s in _tried(ctrl, busy) if s[0] == PATCH}
-    return [p for p in ctrl.space.patches if p not in tried and p not in ctrl.ledger.banned_patches]
+def untested_patches(ctrl: "SearchView | SearchController", busy: set[Candidate] = frozenset()) -> list[str]:
+    """Patches of the space not yet tried (told, outstanding or busy) and not banned.  Accepts the controller
+    or its view."""
+    view = view_of(ctrl)
+    tried = {s[1] for s in _tried(view, busy) if s[0] == PATCH}
+    return [p for p in view.space.patches if p not in tried and p not in view.banned_patches]
 
 
-def _class(ctrl: "SearchController", c: Candidate, big: list[str]) -> tuple:
+def _class(view: SearchView, c: Candidate, big: list[str]) -> tuple:
     return tuple(str(c.value(k)) for k in big)
 
 
-def _near(ctrl: "SearchController", a: Candidate, b: Candidate) -> bool:
+def _near(view: SearchView, a: Candidate, b: Candidate) -> bool:
     """At most one knob or patch apart."""
-    return len(a.settings(ctrl.space) ^ b.settings(ctrl.space)) <= 2 and \
-        sum(a.value(k.name) != b.value(k.name) for k in ctrl.space.knobs) + len(a.patches ^ b.patches) <= 1
+    return len(a.settings(view.space) ^ b.settings(view.space)) <= 2 and \
+        sum(a.value(k.name) != b.value(k.name) for k in view.space.knobs) + len(a.patches ^ b.patches) <= 1
 
 
-def propose(ctrl: "SearchController", rng: np.random.Generator, taken: set[Candidate],
+def propose(view: SearchView, rng: np.random.Generator, taken: set[Candidate],
             busy: set[Candidate] = frozenset()) -> Iterator[tuple[str, Candidate]]:
     """All proposals in priority order (see module docstring).
 
@@ -426,27 +432,28 @@ def propose(ctrl: "SearchController", rng: np.random.Generator, taken: set[Candi
     batch); ranked pool candidates one move from a busy candidate come after all others.
     """
     # the starts; with busy starts, their hedges and the contrarian probe between them
-    yield from batch.starts_and_hedges(ctrl, busy, lambda: _contrarian(ctrl, busy))
-    yield from _transfer_check(ctrl, busy)
-    order = sorted(range(len(ctrl.queue)), key=lambda i: (PRIORITY.get(ctrl.queue[i][0], 2), -i))
-    busy_followups = [b for b in busy if b in ctrl.queue_tags]
+    yield from batch.starts_and_hedges(view, busy, lambda: _contrarian(view, busy))
+    yield from _transfer_check(view, busy)
+    queue = view.queue
+    order = sorted(range(len(queue)), key=lambda i: (PRIORITY.get(queue[i][0], 2), -i))
+    busy_followups = [b for b in busy if view.followup_tag(b) is not None]
     for i in order:
-        if any(_near(ctrl, ctrl.queue[i][1], b) for b in busy_followups if b != ctrl.queue[i][1]):
+        if any(_near(view, queue[i][1], b) for b in busy_followups if b != queue[i][1]):
             continue
-        yield ctrl.queue[i]
-    pool = ctrl.pool
+        yield queue[i]
+    pool = view.pool
     rows = pool.rows(rng)
-    inc = ctrl.incumbent
+    inc = view.incumbent
     acq, mu, sd, p = pool.score(rows, inc.patches)
     inc_row = pool.row_of(inc)
     dist = (rows != inc_row).sum(axis=1)
-    big = sorted(ctrl.big_knobs()) or [k.name for k in ctrl.space.knobs]
+    big = sorted(view.big_knobs()) or [k.name for k in view.space.knobs]
     bigcols = [j for j, k in enumerate(pool.knobs) if k.name in big]
     bdist = (rows[:, bigcols] != inc_row[bigcols]).sum(axis=1)
-    ok = p >= float(ctrl.tune["min_p_feasible"])
-    upside = float(np.max(np.where(ok & (dist > 0), mu + 2 * sd, -np.inf), initial=-np.inf)) - ctrl.incumbent_y
-    yield from _contrarian(ctrl, busy)
-    yield from _patch_ops(ctrl, upside < ctrl.gate or ctrl.stall >= int(ctrl.tune["stall_trials"]), busy)
+    ok = p >= float(view.tune["min_p_feasible"])
+    upside = float(np.max(np.where(ok & (dist > 0), mu + 2 * sd, -np.inf), initial=-np.inf)) - view.incumbent_y
+    yield from _contrarian(view, busy)
+    yield from _patch_ops(view, upside < view.gate or view.stall >= int(view.tune["stall_trials"]), busy)
 
     crowded = np.zeros(len(rows), dtype=bool)  # one knob from a busy candidate with the incumbent's patches
     for b in busy:
@@ -458,24 +465,24 @@ def propose(ctrl: "SearchController", rng: np.random.Generator, taken: set[Candi
         for i in idx[np.lexsort((idx, -acq[idx], crowded[idx]))][:limit]:
             yield tag, pool.to_candidate(rows[i], inc.patches)
 
-    st = int(ctrl.tune["stall_trials"])
-    if ctrl.stall >= st:
-        every = int(ctrl.tune["restart_every"])
-        if (ctrl.stall - st) % every == every - 1:
-            cls = _class(ctrl, inc, big)
-            others = [(o.step_time_s, c.signature, c) for c, o in ctrl.history
-                      if o.status == "ok" and _class(ctrl, c, big) != cls]
+    st = int(view.tune["stall_trials"])
+    if view.stall >= st:
+        every = int(view.tune["restart_every"])
+        if (view.stall - st) % every == every - 1:
+            cls = _class(view, inc, big)
+            others = [(o.step_time_s, c.signature, c) for c, o in view.history
+                      if o.status == "ok" and _class(view, c, big) != cls]
             if others:
                 center = min(others)[2]
                 cd = (rows != pool.row_of(center)).sum(axis=1)
                 yield from ranked(ok & (cd <= 2), "restart")
-        dmin = min(3, 1 + ctrl.stall - st)
-        tabu = ctrl.active_tabu_moves()
+        dmin = min(3, 1 + view.stall - st)
+        tabu = view.active_tabu_moves()
         moves_ok = np.ones(len(rows), dtype=bool)
         if tabu:
             for i in np.flatnonzero((bdist >= dmin) & ok):
                 moved = {(pool.knobs[j].name, pool.knobs[j].values[rows[i, j]]) for j in bigcols if rows[i, j] != inc_row[j]}
                 moves_ok[i] = not moved <= tabu
         yield from ranked(ok & moves_ok & (bdist >= dmin) & (dist <= dmin + 2), "escape")
-    yield from ranked(ok & (dist <= int(ctrl.tune["trust_radius"])), "trust")
+    yield from ranked(ok & (dist <= int(view.tune["trust_radius"])), "trust")
     yield from ranked(np.ones(len(rows), dtype=bool), "global", None)
