@@ -6,7 +6,8 @@ settings, so one failure (a numerics rejection, a pair conflict) takes every slo
 first feedback-driven trial completes only after about N outcomes.
 
 A *hedge* of a busy, not yet told start is what the search would propose if that start failed:
-for a start that may not fit, its fastest variant that does; then the start with its riskiest setting
+for a start that may not fit, its fastest variant that does (for a start that may also crash, that variant
+with the riskiest setting switched as well); then the start with its riskiest setting
 switched to the knob's best other value (the revert of
 :func:`infrarsi.controller.search.proposals.on_crash`; risk is the failure ledger's own measure, the
 prior |effect| of the setting, so the most aggressive setting is suspected first).  The first slots are
@@ -39,16 +40,21 @@ HEDGE_PLAN: tuple[tuple[tuple[int, int], ...], ...] = (((0, 0),), ((0, 1),), ((1
 
 
 def hedges_of(ctrl: "SearchView | SearchController", start: Candidate, limit: int = 2) -> list[Candidate]:
-    """Up to ``limit`` hedges of ``start``, each ``start`` with one setting switched, in this order:
+    """Up to ``limit`` hedges of ``start``, each ``start`` with one setting switched (the first, for a start
+    with two failure modes, with two), in this order:
 
     * when the memory model doubts ``start`` (p(fit) < :data:`SAFE_FIT`), an OOM is a likely failure:
       first the fastest switch (posterior mean) that fits with p >= :data:`SAFE_FIT`, as bundle
-      completion would propose after the OOM;
+      completion would propose after the OOM (the *memory-safe* hedge);
     * then the crash/rejection hedges: its settings by falling risk (prior |effect|, then canonical
       order), each switched to the knob's best other value by posterior mean (the reference last), as
       the conflict revert does, only for settings whose prior |effect| is at least :data:`AGGRESSIVE`
       gates (a space of mild levers has no prime suspect, and a hedge would only displace a trust-region
       pick); these must fit at least as likely as ``start`` (up to :data:`SAFE_FIT`).
+    * A start that risks both (a memory-safe hedge exists, and the first crash hedge still fits with
+      p < :data:`SAFE_FIT`, so it inherits the start's OOM risk) gets the *double* hedge in the memory-safe
+      hedge's place: the first crash hedge's switch on top of the memory-safe one (:func:`_on_safe`).  It
+      survives either failure mode; the crash hedge alone still follows it.
 
     Every hedge must be legal, not blocked by the failure ledger, fit with p >= 0.5 and be predicted to
     clear the measured incumbent by the gate, so it is worth a slot on its own.  Accepts the controller or
@@ -73,10 +79,11 @@ def hedges_of(ctrl: "SearchView | SearchController", start: Candidate, limit: in
             mu, _, p = view.predict([alt])
             if p[0] >= 0.5 and mu[0] >= measured + view.gate:
                 switches.append((alt, float(mu[0]), float(p[0])))
-    out: list[Candidate] = []
+    safe: Candidate | None = None
     if p_start < SAFE_FIT:
-        safe = sorted((t for t in switches if t[2] >= SAFE_FIT), key=lambda t: (-t[1], t[0].signature))
-        out += [t[0] for t in safe[:1]]
+        fits = sorted((t for t in switches if t[2] >= SAFE_FIT), key=lambda t: (-t[1], t[0].signature))
+        safe = fits[0][0] if fits else None
+    crash: list[tuple[Candidate, float]] = []  # (hedge, p(fit)) by falling risk of the switched setting
     done: set[str] = set()
     for alt, _, p in switches:
         knob = next(k for k in view.space.knobs if alt.value(k.name) != start.value(k.name))
@@ -86,9 +93,32 @@ def hedges_of(ctrl: "SearchView | SearchController", start: Candidate, limit: in
         if knob.name in done or p < min(p_start, SAFE_FIT):
             continue
         done.add(knob.name)
+        crash.append((alt, p))
+    both = _on_safe(view, crash[0][0], safe, start, measured) if safe is not None and crash \
+        and crash[0][1] < SAFE_FIT else None
+    out: list[Candidate] = [both] if both is not None else [safe] if safe is not None else []
+    for alt, _ in crash:
         if alt not in out:
             out.append(alt)
     return out[:limit]
+
+
+def _on_safe(view: SearchView, alt: Candidate, safe: Candidate, start: Candidate,
+             measured: float) -> Candidate | None:
+    """The crash hedge ``alt`` (``start`` with its suspect switched) on top of the memory-safe hedge ``safe``
+    (``start`` with one other knob switched): both switches, so the hedge survives either failure mode of a
+    start that risks an OOM and a crash at once.  None when the two switch the same knob or the composition
+    is not worth a slot (illegal, blocked, a start, p(fit) < :data:`SAFE_FIT`, or not predicted to clear the
+    measured incumbent by the gate)."""
+    moved = {k.name: safe.value(k.name) for k in view.space.knobs if safe.value(k.name) != start.value(k.name)}
+    if any(alt.value(name) != start.value(name) for name in moved):
+        return None
+    both = alt.with_values(moved)
+    if both in view.starts or both.is_reference(view.space) or not view.space.legal(both.as_dict()) \
+            or view.blocked(both.settings(view.space)) is not None:
+        return None
+    mu, _, p = view.predict([both])
+    return both if p[0] >= SAFE_FIT and mu[0] >= measured + view.gate else None
 
 
 def starts_and_hedges(view: SearchView, busy: set[Candidate],

@@ -69,3 +69,44 @@ def test_dense_interactions_slots_8_keeps_its_slots_1_trials_to_90():
     assert eight["median_trials_to_90"] <= 1.5 * one["median_trials_to_90"]
     assert eight["median_wall_hours_to_90"] < one["median_wall_hours_to_90"]
     assert eight["false_promotions"] == 0
+
+
+def _benchmark_controller(name: str, seed: int) -> SearchController:
+    """The controller the benchmark builds for ``name`` (doctor included), before any trial."""
+    from infrarsi.controller.search import benchmark
+    got: list[SearchController] = []
+    strat = benchmark.make_strategy
+
+    def capture(*a, **k):
+        s = strat(*a, **k)
+        got.append(s)
+        return s
+    benchmark.make_strategy = capture
+    try:
+        benchmark.simulate_campaign(load_landscape(ROOT / f"bench/landscapes/{name}.py"), "infrarsi", seed, 0, slots=4)
+    finally:
+        benchmark.make_strategy = strat
+    return got[0]
+
+
+def test_a_start_with_two_failure_modes_gets_a_double_hedge_first():
+    """heldout_vit_dataloader: start 1 risks an OOM (batch 128) and a crash (GPU decode with max-autotune);
+    the memory-safe hedge alone keeps the crashing pair, the crash hedge alone keeps batch 128."""
+    c = _benchmark_controller("heldout_vit_dataloader", 1)
+    start = c.starts[0]
+    assert float(c.predict([start])[2][0]) < batch.SAFE_FIT
+    first, second = batch.hedges_of(c, start)
+    moved = lambda h: {k.name for k in c.space.knobs if h.value(k.name) != start.value(k.name)}  # noqa: E731
+    assert len(moved(first)) == 2 and moved(second) < moved(first)
+    assert float(c.predict([first])[2][0]) >= batch.SAFE_FIT  # the double hedge fits
+    assert float(c.predict([second])[2][0]) < batch.SAFE_FIT  # the crash hedge alone inherits the OOM risk
+
+
+def test_vit_dataloader_slots_4_within_one_and_a_half_times_slots_1():
+    """Before the double hedge: 19 trials at slots 4 vs 12.5 at slots 1 (10 repeats, 32 trials)."""
+    land = load_landscape(ROOT / "bench/landscapes/heldout_vit_dataloader.py")
+    one = run_benchmark(land, ["infrarsi"], trials=24, repeats=3, slots=1)["strategies"]["infrarsi"]
+    four = run_benchmark(land, ["infrarsi"], trials=24, repeats=3, slots=4)["strategies"]["infrarsi"]
+    assert one["median_trials_to_90"] is not None and four["median_trials_to_90"] is not None
+    assert four["median_trials_to_90"] <= 1.5 * one["median_trials_to_90"]
+    assert four["false_promotions"] == 0
