@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run (or resume) the nanogpt-355m campaign on a lent H200 with the LocalExecutor and SQLite, for at most
 # DRAIN seconds of launching, then copy the state (database, signing key) and the report to $OUT.
-#   bash bench/gpu/device_campaign.sh DRAIN_SECONDS [handtune-configs]
+#   [BUDGET_GPU_HOURS=x] bash bench/gpu/device_campaign.sh DRAIN_SECONDS [handtune-configs]
 # State travels between machine calls in .gpu-state/ (carried; ignored by git).  The example is copied to
 # /tmp/nano and committed with fixed author/dates so its commit id (locked by init) is the same on every machine.
 set -uo pipefail
@@ -20,6 +20,13 @@ export INFRARSI_HOME=$ROOT/.gpu-state INFRARSI_SCRATCH=/tmp/infrarsi-scratch INF
 mkdir -p "$INFRARSI_HOME"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 rm -rf /tmp/nano && cp -r examples/nanogpt /tmp/nano && rm -rf /tmp/nano/__pycache__
+# BUDGET_GPU_HOURS=x: the same campaign under a tighter GPU-hour budget (issue 15 item 4: the budget must hold with
+# trials in flight and the promotion reserved); trials=20 so that the GPU-hours, not the trial count, stop it
+if [ -n "${BUDGET_GPU_HOURS:-}" ]; then
+    sed -i -e "s/^  gpu_hours: .*/  gpu_hours: $BUDGET_GPU_HOURS/" -e "s/^  trials: .*/  trials: 20/" \
+        /tmp/nano/infrarsi.gpu-short.yaml
+    grep -A2 '^budget:' /tmp/nano/infrarsi.gpu-short.yaml
+fi
 export GIT_AUTHOR_DATE="2026-11-29T00:00:00Z" GIT_COMMITTER_DATE="2026-11-29T00:00:00Z"
 (cd /tmp/nano && git init -q && git add -A && git -c user.name=infrarsi -c user.email=i@i commit -qm nanogpt && git rev-parse HEAD)
 cd /tmp/nano
