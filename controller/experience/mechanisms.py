@@ -13,6 +13,10 @@ Each mechanism has a *class*:
   offload); it depends on the SKU, the fabric, the node count and the layout, and may flip sign between GPU
   generations.  A mechanism the catalog lacks is treated as ``balance`` (the conservative choice).
 
+A kernel mechanism may also be *hardware-bound* (``Mechanism.hardware_bound``, :func:`hardware_bound`): FP8 GEMMs
+and FP8 attention are kernels, but whether they help depends on how compute-bound the SKU is (the paper's H20 vs
+H100/H200), so retrieval covers their records only on the same SKU and never carries their sign to another.
+
 Priors are honest typical values, deliberately small with wide spreads: ``prior_log_speedup`` is the typical
 ln(reference step time / step time) of the mechanism's usual non-default setting against the framework default
 (``None`` where no single number is meaningful, e.g. ordered sizes); ``prior_spread`` is its standard deviation
@@ -59,6 +63,7 @@ class Mechanism:
     mem_gib: float | None = None
     canonical_values: tuple[str, ...] | None = None
     value_aliases: tuple[tuple[str, str], ...] = field(default=())
+    hardware_bound: bool = False
 
     @property
     def on_off(self) -> bool:
@@ -68,9 +73,10 @@ class Mechanism:
 
 def _m(name: str, klass: MechanismClass, description: str, aliases: tuple[str, ...] = (),
        prior: float | None = None, spread: float | None = None, mem: float | None = None,
-       values: tuple[str, ...] | None = None, value_aliases: Mapping[str, str] | None = None) -> Mechanism:
+       values: tuple[str, ...] | None = None, value_aliases: Mapping[str, str] | None = None,
+       hardware_bound: bool = False) -> Mechanism:
     return Mechanism(name, klass, description, aliases, prior, spread, mem, values,
-                     tuple(sorted((value_aliases or {}).items())))
+                     tuple(sorted((value_aliases or {}).items())), hardware_bound)
 
 
 _PRECISION = {"float32": "fp32", "32": "fp32", "full": "fp32", "amp-bf16": "bf16", "bfloat16": "bf16",
@@ -82,7 +88,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
     _m("low_precision_gemm", "kernel", "FP8 (or lower) GEMMs with scaling, e.g. Transformer Engine fp8_autocast; "
        "helps when compute-bound, can hurt on small or bandwidth-bound shapes",
        ("fp8", "use_fp8", "fp8_gemm", "fp8_training", "transformer_engine_fp8", "fp8_recipe"),
-       0.05, 0.25, -0.5, ("off", "on")),
+       0.05, 0.25, -0.5, ("off", "on"), hardware_bound=True),
     _m("mixed_precision", "kernel", "parameters/activations computed in bf16 or fp16 instead of fp32 (autocast or "
        "cast model)", ("dtype", "precision", "amp", "use_amp", "autocast", "mixed_precision_dtype"),
        0.3, 0.4, -1.0, ("fp32", "bf16", "fp16"), _PRECISION),
@@ -106,7 +112,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
        {"eager": "naive", "math": "naive", "vanilla": "naive", "torch": "sdpa", "flash_attention_2": "flash",
         "flash2": "flash", "flash_attn": "flash", "fa2": "flash", "fa3": "flash"}),
     _m("low_precision_attention", "kernel", "attention computed in FP8", ("fp8_attention", "fp8_dot_product_attention",
-       "fp8_mha"), 0.03, 0.15, -0.3, ("off", "on")),
+       "fp8_mha"), 0.03, 0.15, -0.3, ("off", "on"), hardware_bound=True),
     _m("optimizer_fusion", "kernel", "optimizer step as one fused/multi-tensor kernel instead of a per-parameter loop",
        ("optimizer_impl", "fused_optimizer", "fused_adam", "use_fused_adam", "optim_impl", "foreach", "adam_impl"),
        0.05, 0.1, 0.0, ("loop", "foreach", "fused"),
@@ -247,6 +253,15 @@ def mechanism_class(name: str | None) -> MechanismClass:
     """``kernel`` or ``balance`` for a mechanism name (or alias); unknown names are ``balance`` (conservative)."""
     c = resolve(name)
     return CATALOG[c].klass if c is not None else "balance"
+
+
+def hardware_bound(name: str | None) -> bool:
+    """True for a kernel mechanism whose effect's *sign* depends on the GPU's compute/bandwidth balance (FP8
+    GEMMs and attention: they help on a compute-bound SKU and can hurt on a faster one); retrieval treats its
+    records like a balance mechanism's across SKUs.  Balance and unknown mechanisms are not flagged (they are
+    bound to the whole environment anyway)."""
+    c = resolve(name)
+    return bool(c is not None and CATALOG[c].hardware_bound)
 
 
 def value_key(value: Any) -> str:

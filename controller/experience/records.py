@@ -9,6 +9,9 @@ Evidence tiers, strongest first (:data:`TIERS`, :func:`tier_rank`):
 
 - ``verified-rerun``: the setting won a promotion re-run (fresh paired measurements beyond the noise gate);
 - ``verified-search``: an accepted search trial whose paired log-speedup cleared the campaign's sigma_pair gate;
+- ``verified-model``: the posterior main effect of the campaign's Bayesian time model, refitted on its verified
+  runs only, for a setting measured only inside bundles, written when the posterior clears the same gate
+  (:mod:`.evidence`);
 - ``legacy``: a pre-protocol ``experience`` row migrated by revision 0005 (no environment beyond its GPU name).
 """
 
@@ -20,7 +23,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-TIERS: tuple[str, ...] = ("verified-rerun", "verified-search", "legacy")
+TIERS: tuple[str, ...] = ("verified-rerun", "verified-search", "verified-model", "legacy")
 
 
 def tier_rank(tier: str) -> int:

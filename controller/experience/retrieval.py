@@ -47,7 +47,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
-from infrarsi.controller.experience.mechanisms import canonical_value, mechanism_class, mechanism_for, value_key
+from infrarsi.controller.experience.mechanisms import (canonical_value, hardware_bound, mechanism_class,
+                                                       mechanism_for, value_key)
 from infrarsi.controller.experience.records import Effect, Environment, Observation, tier_rank
 
 Coverage = Literal["covered", "partial", "incompatible"]
@@ -156,8 +157,9 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def scope(record: Environment, target: Environment, klass: str) -> Coverage:
-    """Covered, partial or incompatible (see the module docstring)."""
+def scope(record: Environment, target: Environment, klass: str, mechanism: str | None = None) -> Coverage:
+    """Covered, partial or incompatible (see the module docstring); a hardware-bound kernel ``mechanism``
+    (:func:`.mechanisms.hardware_bound`, FP8) is covered only on the same GPU SKU."""
     if record.framework is not None and target.framework is not None and not _same(record.framework,
                                                                                     target.framework):
         return "incompatible"
@@ -165,12 +167,22 @@ def scope(record: Environment, target: Environment, klass: str) -> Coverage:
         return "partial"
     covered = _same(record.model_family, target.model_family) and \
         _same(seq_bucket(record.seq_len), seq_bucket(target.seq_len))
+    if covered and klass == "kernel" and hardware_bound(mechanism):
+        covered = _same(record.gpu_sku, target.gpu_sku)
     if covered and klass != "kernel":
         covered = all(_same(a, b) for a, b in (
             (record.gpu_sku, target.gpu_sku), (record.nodes, target.nodes),
             (record.gpus_per_node, target.gpus_per_node), (record.interconnect, target.interconnect),
             (param_bucket(record.params), param_bucket(target.params)), (record.parallel, target.parallel)))
     return "covered" if covered else "partial"
+
+
+def sign_transfers(record: Environment | None, target: Environment, klass: str, mechanism: str | None) -> bool:
+    """Whether a record's *sign* carries to the target: always for an ordinary kernel mechanism; for a balance or
+    hardware-bound one (FP8) only from the same GPU SKU (these are the effects that flip between generations)."""
+    if klass == "kernel" and not hardware_bound(mechanism):
+        return True
+    return record is not None and _same(record.gpu_sku, target.gpu_sku)
 
 
 def _log_ratio(a: float | None, b: float | None) -> float:
@@ -201,6 +213,9 @@ class Retrieved:
     value: Any
     coverage: Coverage
     distance: float
+    #: False when the effect is of a balance or hardware-bound mechanism measured on another SKU
+    #: (:func:`sign_transfers`): it grades the knob and may carry a memory delta, but no speed prior
+    signed: bool = True
 
     def rank_key(self) -> tuple:
         """Sort key: coverage, evidence tier, distance, then a deterministic tie-break."""
@@ -239,14 +254,15 @@ def retrieve(effects: Iterable[Effect], target: Environment, knobs: Sequence[Tar
                 out.append(Retrieved(e, k.name, value, "covered", 0.0))
                 continue
             env = _effect_env(e, environments)
+            klass = mechanism_class(e.mechanism) if e.klass not in ("kernel", "balance") else e.klass
+            signed = sign_transfers(env, target, klass, e.mechanism)
             if env is None:
-                out.append(Retrieved(e, k.name, value, "partial", 2 * UNKNOWN_TERM))
+                out.append(Retrieved(e, k.name, value, "partial", 2 * UNKNOWN_TERM, signed))
                 continue
-            cov = scope(env, target, mechanism_class(e.mechanism) if e.klass not in ("kernel", "balance")
-                        else e.klass)
+            cov = scope(env, target, klass, e.mechanism)
             if cov == "incompatible":
                 continue
-            out.append(Retrieved(e, k.name, value, cov, distance(env, target, e.conditioning)))
+            out.append(Retrieved(e, k.name, value, cov, distance(env, target, e.conditioning), signed))
     out.sort(key=Retrieved.rank_key)
     return out
 
@@ -308,10 +324,32 @@ def combine(prior_mean: float, prior_sd: float, mean: float, sd: float) -> tuple
     return (p0 * prior_mean + p1 * mean) / (p0 + p1), math.sqrt(1.0 / (p0 + p1))
 
 
+def _one_estimate_per_campaign(rs: Sequence[Retrieved]) -> list[Retrieved]:
+    """Per source campaign, either its measured records of a setting (re-run and paired) or its model record
+    (``verified-model``), whichever transfers more precisely (the smaller pooled :func:`record_sd`; measured on a
+    tie): both come from the same runs, so pooling them would count that evidence twice."""
+    by: dict[str, list[Retrieved]] = {}
+    for r in rs:
+        by.setdefault(r.effect.campaign, []).append(r)
+    out: list[Retrieved] = []
+    for group in by.values():
+        model = [r for r in group if r.effect.tier == "verified-model"]
+        measured = [r for r in group if r.effect.tier != "verified-model"]
+        if model and measured:
+            sd_m = _pool([r.effect.log_speedup for r in measured], [record_sd(r) for r in measured])[1]
+            sd_x = _pool([r.effect.log_speedup for r in model], [record_sd(r) for r in model])[1]
+            group = measured if sd_m <= sd_x else model
+        out += group
+    return [r for r in rs if r in out]
+
+
 def setting_priors(retrieved: Sequence[Retrieved], base: Mapping[tuple[str, Any], tuple[float, float]],
                    default_sd: float = 0.10) -> list[dict[str, Any]]:
-    """Per target setting with records: ``{"knob", "value", "log_speedup", "prior_sd", "records", "coverage"}``
-    and, where records measured memory, ``"mem_gib"``/``"mem_sd"``.
+    """Per target setting with records: ``{"knob", "value", "log_speedup", "prior_sd", "records", "coverage",
+    "distance"}`` and, where records measured memory, ``"mem_gib"``/``"mem_sd"``.  Records whose sign does not
+    transfer (``Retrieved.signed`` False: balance or FP8 effects from another SKU) never move the speed prior: a
+    setting with only such records gets no ``log_speedup``/``prior_sd`` (the knob's own prior stays), only the
+    memory prior.
 
     ``base`` maps (knob, value) to the knob's own prior (mean, SD); settings not in it start from (0,
     ``default_sd``).  Deterministic in the order of ``retrieved``; settings are listed in first-retrieved order.
@@ -321,11 +359,13 @@ def setting_priors(retrieved: Sequence[Retrieved], base: Mapping[tuple[str, Any]
         groups.setdefault((r.knob, r.value), []).append(r)
     out = []
     for (knob, value), rs in groups.items():
-        m0, s0 = base.get((knob, value), (0.0, default_sd))
-        mean, sd = _pool([r.effect.log_speedup for r in rs], [record_sd(r) for r in rs])
-        m, s = combine(m0, s0 if s0 > 0 else default_sd, mean, sd)
-        row: dict[str, Any] = {"knob": knob, "value": value, "log_speedup": m, "prior_sd": s, "records": len(rs),
-                               "coverage": rs[0].coverage, "distance": min(r.distance for r in rs)}
+        row: dict[str, Any] = {"knob": knob, "value": value}
+        speed = _one_estimate_per_campaign([r for r in rs if r.signed])
+        if speed:
+            m0, s0 = base.get((knob, value), (0.0, default_sd))
+            mean, sd = _pool([r.effect.log_speedup for r in speed], [record_sd(r) for r in speed])
+            row["log_speedup"], row["prior_sd"] = combine(m0, s0 if s0 > 0 else default_sd, mean, sd)
+        row.update({"records": len(rs), "coverage": rs[0].coverage, "distance": min(r.distance for r in rs)})
         mem = [r for r in rs if r.effect.mem_delta_gib is not None]
         if mem:
             sds = [math.sqrt(1.0 + (TAU_MEM_DISTANCE * r.distance) ** 2
@@ -348,7 +388,7 @@ def _obs_scope(o: Observation, env: Environment | None, target: Environment, mod
         return "covered"
     if env is None:
         return "partial"
-    return scope(env, target, mechanism_class(mechanism))
+    return scope(env, target, mechanism_class(mechanism), mechanism)
 
 
 def first_start(observations: Iterable[Observation], environments: Mapping[str, Environment],
@@ -457,7 +497,8 @@ def search_experience(effects: Iterable[Effect], observations: Iterable[Observat
     got = retrieve(effects, target, knobs, mode, environments)
     records: list[dict[str, Any]] = []
     priors = setting_priors(got, base or {}, default_sd)
-    evidence = {(p["knob"], p["value"]): p["log_speedup"] for p in priors if p["coverage"] == "covered"}
+    evidence = {(p["knob"], p["value"]): p["log_speedup"] for p in priors
+                if p["coverage"] == "covered" and "log_speedup" in p}
     start = first_start(observations, environments, target, knobs, mode, evidence)
     if start is not None:
         records.append(start)
@@ -467,5 +508,5 @@ def search_experience(effects: Iterable[Effect], observations: Iterable[Observat
 
 
 __all__ = ["Coverage", "Grade", "Mode", "MODES", "TargetKnob", "target_knob", "target_knobs", "reference_state",
-           "seq_bucket", "param_bucket", "scope", "distance", "Retrieved", "retrieve", "knob_grades", "record_sd",
+           "seq_bucket", "param_bucket", "scope", "sign_transfers", "distance", "Retrieved", "retrieve", "knob_grades", "record_sd",
            "combine", "setting_priors", "first_start", "conflicts", "search_experience"]

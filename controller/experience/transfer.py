@@ -14,13 +14,13 @@ Per repeat (seed s):
    GPU hours until the best verified candidate reaches 90% of the target's peak log-speedup, the promoted
    candidate's noise-free speedup, and false promotions.
 
-Write-back of a simulated campaign (:func:`campaign_records`), the same evidence rules as a real one:
-one Observation per search trial (canonical mechanism values, outcome, OOM shortfall, minimal conflict tuples from
-the search's failure attribution); Effects only from verified, noise-gated evidence: two accepted trials (the
-doctor's reference counts as one) that differ in exactly one knob, one side at that knob's reference value, whose
-paired log-speedup clears the campaign's big-knob gate (tier ``verified-search``; the other non-reference
-settings are the effect's conditioning), and each single-knob setting of the promoted candidate when its
-back-to-back re-runs cleared the promotion margin as a single-knob change (tier ``verified-rerun``).
+Write-back of a simulated campaign (:func:`campaign_records`) follows the real one's rules through the same
+function, :func:`.evidence.evidence_effects`: one Observation per search trial (canonical mechanism values,
+outcome, OOM shortfall, minimal conflict tuples from the search's failure attribution); Effects only from the
+verified runs (the doctor's reference and the search trials that ran to the end and passed the numerical check,
+patch-free): paired single-knob changes beyond the gate (``verified-search``), the promoted single-knob candidate
+(``verified-rerun``) and the posterior-gated main effects of the time model for settings measured only inside
+bundles (``verified-model``).
 
 Landscapes declare ``ENVIRONMENT`` (the :class:`Environment` fields) and knobs their ``mechanism`` and
 ``canonical`` value map; a landscape without ``ENVIRONMENT`` is refused with a one-line error.
@@ -28,19 +28,19 @@ Landscapes declare ``ENVIRONMENT`` (the :class:`Environment` fields) and knobs t
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import replace
 from typing import Any, Sequence
 
 from infrarsi.controller.errors import InfrarsiError
+from infrarsi.controller.experience.evidence import Promoted, Run, evidence_effects
 from infrarsi.controller.experience.records import Effect, Environment, Observation
 from infrarsi.controller.experience.retrieval import (TargetKnob, reference_state, search_experience,
                                                       target_knobs)
 from infrarsi.controller.search.benchmark import SimulatedCampaign, _median_or_none, score_campaign, simulate_campaign
 from infrarsi.controller.search.failures import FailureLedger
 from infrarsi.controller.search.landscape import Landscape
-from infrarsi.controller.search.space import PATCH, Candidate, SearchSpace, settings_key
+from infrarsi.controller.search.space import Candidate, SearchSpace
 
 #: transfer modes and the retrieval mode each uses (None: no bank)
 MODES: dict[str, str | None] = {"cold": None, "bank-all": "all", "bank-filtered": "filtered"}
@@ -115,42 +115,16 @@ def campaign_records(land: Landscape, camp: SimulatedCampaign, label: str) -> tu
                                        config=ref.as_dict(), canonical=_canonical(knobs, ref.as_dict()),
                                        step_time_s=camp.t0, peak_mem_gib=camp.reference_peak_mem_gib,
                                        verdicts={"outcome": "ok"}))
-    effects: dict[tuple[str, str, str, str], Effect] = {}
-    for a, ta, _, ma in ok:
-        da = a.as_dict()
-        for b, tb, kb, mb in ok:
-            db = b.as_dict()
-            diff = [n for n in da if da[n] != db[n]]
-            if len(diff) != 1:
-                continue
-            name = diff[0]
-            k = by_name.get(name)
-            if k is None or not k.mechanism or da[name] != k.reference:
-                continue
-            e = math.log(ta / tb)
-            if abs(e) < gate:
-                continue  # noise-gated: only effects beyond the campaign's gate are evidence
-            cond = {m: v for m, v in _canonical(knobs, da).items() if m != k.mechanism
-                    and v != env.reference_state.get(m)}
-            value = k.canonical_of(db[name])
-            eff = Effect(environment=digest, mechanism=k.mechanism, value=value, klass=k.klass, log_speedup=e,
-                         noise_floor=sigma, conditioning=cond, tier="verified-search", campaign=label, trial=kb,
-                         knob=name, raw_value=str(db[name]),
-                         mem_delta_gib=(mb - ma) if mb is not None and ma is not None else None, env=env)
-            effects.setdefault(eff.key, eff)
+    runs = [Run(trial=key, config=cand.as_dict(), step_time_s=t, peak_mem_gib=mem) for cand, t, key, mem in ok]
     promo = camp.result.promotion
-    if promo.candidate is not None and promo.speedup > 1.0:
-        sets = [s for s in promo.candidate.settings(space) if s[0] != PATCH]
+    promoted = None
+    if promo.candidate is not None and not promo.candidate.patches and promo.speedup > 0:
+        sets = list(promo.candidate.settings(space))
         if len(sets) == 1:
             (name, v), = sets
-            k = by_name.get(name)
-            if k is not None and k.mechanism:
-                eff = Effect(environment=digest, mechanism=k.mechanism, value=k.canonical_of(v), klass=k.klass,
-                             log_speedup=math.log(promo.speedup), noise_floor=sigma, conditioning={},
-                             tier="verified-rerun", campaign=label, trial="promotion", knob=name, raw_value=str(v),
-                             env=env)
-                effects.setdefault(eff.key, eff)
-    return env, observations, list(effects.values())
+            promoted = Promoted(name, v, float(promo.speedup))
+    effects = evidence_effects(knobs, runs, env, label, gate, sigma, promoted)
+    return env, observations, effects
 
 
 def run_transfer(source: Landscape, target: Landscape, modes: Sequence[str] = tuple(MODES), trials: int = 30,

@@ -6,14 +6,13 @@ Called at report time (:func:`infrarsi.controller.campaign.artifacts.write_artif
   values, patches, step time and peak memory when it ran to the end, the outcome, acceptance and first failed
   layer as ``verdicts``, the OOM shortfall, and the minimal conflict tuples of the search's failure ledger that
   the trial contains when it crashed or was rejected);
-- :class:`~.records.Effect` rows only from verified, noise-gated evidence (the same rules as the simulated
-  write-back of ``infrarsi bench transfer``, :mod:`.transfer`): two accepted, patch-free runs (the doctor's
-  reference counts as one) whose searched configurations differ in exactly one knob, one side at that knob's
-  reference value, and whose paired log-speedup ln(t_a / t_b) clears the campaign's big-knob gate (2 x sigma_pair,
-  at least 0.02): tier ``verified-search``, the other non-reference settings as conditioning; and, when the
-  promoted candidate is a single-knob change without patches, that setting with ln(delivered speedup) (tier
-  ``verified-rerun``: its back-to-back re-runs cleared the promotion margin).  Derived knobs (a coupling's
-  ``solve``) never count as a difference.
+- :class:`~.records.Effect` rows only from verified, noise-gated evidence, by the rules of
+  :func:`.evidence.evidence_effects` (the same function the simulated write-back of ``infrarsi bench transfer``
+  calls, :mod:`.transfer`): its verified runs are the doctor's reference and the accepted, patch-free search
+  trials that ran to the end (a rejected or unaccepted trial never counts); the effects are paired single-knob
+  changes beyond the campaign's big-knob gate (tier ``verified-search``), the promoted single-knob candidate
+  (``verified-rerun``), and posterior-gated main effects of the campaign's Bayesian time model for settings
+  measured only inside bundles (``verified-model``).  Derived knobs (a coupling's ``solve``) never count.
 
 Idempotency: the records are keyed by (campaign label ``name#id``, trial key[, mechanism, value]) and the store
 skips keys it has (:meth:`infrarsi.controller.store.base.Store.add_effects`), so a crash half-way
@@ -23,32 +22,20 @@ never duplicates a record.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Iterable, Mapping, Sequence
 
 from infrarsi.controller.experience.environment import canonical_config, knob_mechanisms
-from infrarsi.controller.experience.mechanisms import mechanism_class, value_key
+from infrarsi.controller.experience.evidence import MIN_GATE, Promoted, Run, evidence_effects, gate_of
+from infrarsi.controller.experience.mechanisms import value_key
 from infrarsi.controller.experience.records import Effect, Environment, Observation
+from infrarsi.controller.experience.retrieval import target_knobs
 from infrarsi.controller.faults import crash_point
 from infrarsi.controller.store.stage_records import doctor_or_none
-
-#: the smallest effect ever written, whatever the noise (log-speedup)
-MIN_GATE = 0.02
 
 
 def campaign_label(campaign: Any) -> str:
     """The source label of a local campaign in the bank: ``name#id``."""
     return f"{campaign.name}#{campaign.id}"
-
-
-def gate_of(result_reference: Mapping[str, Any]) -> tuple[float, float | None]:
-    """(gate, sigma_pair) from the result's ``reference`` block: the big-knob gate, else 2 x sigma_pair, at least
-    :data:`MIN_GATE`."""
-    sigma = result_reference.get("sigma_pair")
-    sigma = float(sigma) if isinstance(sigma, (int, float)) else None
-    gate = result_reference.get("big_knob_gate")
-    g = float(gate) if isinstance(gate, (int, float)) else 2.0 * (sigma or 0.0)
-    return max(MIN_GATE, g), sigma
 
 
 def campaign_records(contract: Any, campaign: Any, env: Environment, trials: Sequence[Any],
@@ -102,40 +89,17 @@ def campaign_records(contract: Any, campaign: Any, env: Environment, trials: Seq
         if t.stage == "search" and ran and o.accepted and not t.patches:
             ok.append((full, float(o.step_time_s), t.trial_key, o.peak_mem_gib))
 
-    effects: dict[tuple[str, str, str, str], Effect] = {}
-    for da, ta, _, ma in ok:
-        for db, tb, kb, mb in ok:
-            diff = [n for n in reference if n not in derived and da.get(n) != db.get(n)]
-            if len(diff) != 1:
-                continue
-            name = diff[0]
-            m, value = canon(name, db[name])
-            if m is None or da[name] != reference[name]:
-                continue
-            e = math.log(ta / tb)
-            if abs(e) < gate:
-                continue
-            cond = {mm: v for mm, v in canonical_config(contract, {n: da[n] for n in reference if n not in derived})
-                    .items() if mm != m and v != env.reference_state.get(mm)}
-            eff = Effect(environment=digest, mechanism=m, value=value, klass=mechanism_class(m), log_speedup=e,
-                         noise_floor=sigma, conditioning=cond, tier="verified-search", campaign=label, trial=kb,
-                         knob=name, raw_value=value_key(db[name]),
-                         mem_delta_gib=(mb - ma) if mb is not None and ma is not None else None, env=env)
-            effects.setdefault(eff.key, eff)
+    runs = [Run(trial=key, config={n: cfg[n] for n in reference if n in cfg}, step_time_s=t, peak_mem_gib=mem)
+            for cfg, t, key, mem in ok]
     promoted = result.get("promoted")
     speedup = result.get("delivered_speedup")
+    promo = None
     if promoted and not promoted.get("patches") and isinstance(speedup, (int, float)) and speedup > 0:
         changed = [n for n in (promoted.get("changed") or {}) if n not in derived and n in reference]
-        if len(changed) == 1 and abs(math.log(speedup)) >= gate:
-            name = changed[0]
-            m, value = canon(name, promoted["config"][name])
-            if m is not None:
-                eff = Effect(environment=digest, mechanism=m, value=value, klass=mechanism_class(m),
-                             log_speedup=math.log(float(speedup)), noise_floor=sigma, conditioning={},
-                             tier="verified-rerun", campaign=label, trial="promotion", knob=name,
-                             raw_value=value_key(promoted["config"][name]), env=env)
-                effects.setdefault(eff.key, eff)
-    return obs_out, list(effects.values())
+        if len(changed) == 1:
+            promo = Promoted(changed[0], promoted["config"][changed[0]], float(speedup))
+    effects = evidence_effects(target_knobs(contract.knobs), runs, env, label, gate, sigma, promo, derived)
+    return obs_out, effects
 
 
 def write_back(store: Any, campaign_id: int | None, env: Environment, observations: Sequence[Observation],

@@ -117,14 +117,19 @@ def test_grades_covered_partial_null_unobserved() -> None:
 def test_priors_shrink_with_distance_and_partial_scope() -> None:
     near = retrieve([effect("graph_compile", "on", 0.10, H200)], H200, KNOBS)
     far = retrieve([effect("graph_compile", "on", 0.10, H20)], H200, KNOBS)
-    part = retrieve([effect("tensor_parallel", "4", 0.10, H20, mem=-30.0)], H200, KNOBS)
+    llama = Environment(**{**H200.to_dict(), "model_family": "llama"})
+    part = retrieve([effect("graph_compile", "on", 0.10, llama, mem=-3.0)], H200, KNOBS)   # kernel, other family
+    flip = retrieve([effect("tensor_parallel", "4", 0.10, H20, mem=-30.0)], H200, KNOBS)   # balance, other SKU
+    assert part[0].coverage == flip[0].coverage == "partial" and part[0].signed and not flip[0].signed
     assert record_sd(near[0]) < record_sd(far[0]) < record_sd(part[0])
-    (pn,), (pf,), (pp,) = (setting_priors(r, {}) for r in (near, far, part))
+    (pn,), (pf,), (pp,), (px,) = (setting_priors(r, {}) for r in (near, far, part, flip))
     assert 0.09 < pn["log_speedup"] <= 0.10 and pn["prior_sd"] < 0.02
     assert 0.0 < pp["log_speedup"] < pf["log_speedup"] < pn["log_speedup"]
     assert pp["prior_sd"] > pf["prior_sd"] > pn["prior_sd"]
     assert pf["distance"] == 1.0 and pn["distance"] == 0.0
-    assert pp["mem_gib"] == pytest.approx(-30.0) and pp["mem_sd"] > 1.0
+    # a balance effect from another SKU moves no speed prior (its sign may flip), only the memory prior
+    assert "log_speedup" not in px and "prior_sd" not in px and px["coverage"] == "partial"
+    assert px["mem_gib"] == pytest.approx(-30.0) and px["mem_sd"] > 1.0
     # the knob's own prior enters as the base; conflicting records widen the SD
     (pb,) = setting_priors(far, {("compile", "inductor"): (-0.05, 0.05)})
     assert pb["log_speedup"] < pf["log_speedup"]

@@ -40,8 +40,11 @@ def test_simulated_write_back_is_verified_and_noise_gated() -> None:
     gate = float(camp.noise.big_knob_gate)
     assert effs, "a 12-trial campaign measured no single-knob change"
     for e in effs:
-        assert e.env == env and e.campaign == "src" and e.tier in ("verified-search", "verified-rerun")
+        assert e.env == env and e.campaign == "src" and e.tier in ("verified-search", "verified-rerun",
+                                                                   "verified-model")
         assert abs(e.log_speedup) >= gate and math.isfinite(e.log_speedup)
+        if e.tier == "verified-model":  # posterior-gated: beyond the gate and two posterior SDs
+            assert e.trial == "model" and e.conditioning == {} and abs(e.log_speedup) >= 2 * e.noise_floor
         assert e.mechanism not in e.conditioning
     assert len({e.key for e in effs}) == len(effs)
     # deterministic: the same seed writes the same records

@@ -83,7 +83,8 @@ def test_effects_only_from_gated_single_knob_pairs() -> None:
         "rej": ({"attn": "fa2"}, "rejected", None, False),
         "unacc": ({"tp": 2, "use_fp8": True}, "ok", 0.1, False),       # not accepted: never evidence
     })
-    got = {(e.mechanism, e.value, tuple(sorted(e.conditioning.items()))): e for e in effects}
+    got = {(e.mechanism, e.value, tuple(sorted(e.conditioning.items()))): e for e in effects
+           if e.tier != "verified-model"}
     assert set(got) == {("low_precision_gemm", "on", ()), ("micro_batch", "2", ()), ("tensor_parallel", "2", ()),
                         ("attention_kernel", "flash", (("low_precision_gemm", "on"),))}
     fp8 = got[("low_precision_gemm", "on", ())]
@@ -94,6 +95,12 @@ def test_effects_only_from_gated_single_knob_pairs() -> None:
     flash = got[("attention_kernel", "flash", (("low_precision_gemm", "on"),))]
     assert flash.log_speedup == pytest.approx(math.log(0.8 / 0.6)) and flash.knob == "attn" and flash.raw_value == "fa2"
     assert len(effects) == len({e.key for e in effects})
+    # the model's posterior-gated main effects come from the same verified runs (trial "model", no conditioning);
+    # the fast unaccepted run (0.1 s) never counts: no model effect reaches its speed
+    model = {(e.mechanism, e.value): e for e in effects if e.tier == "verified-model"}
+    assert set(model) <= {("low_precision_gemm", "on"), ("micro_batch", "2"), ("tensor_parallel", "2"),
+                          ("attention_kernel", "flash")}
+    assert all(e.trial == "model" and e.conditioning == {} and abs(e.log_speedup) < 0.5 for e in model.values())
     assert [o.trial for o in obs] == ["ref-a", "fp8", "xf", "mbs2", "tp2", "fp8+fa2", "rej", "unacc"]
     by = {o.trial: o for o in obs}
     assert by["mbs2"].config["gas"] == 1 and by["mbs2"].canonical["grad_accum"] == "1"
