@@ -361,10 +361,11 @@ def setting_priors(retrieved: Sequence[Retrieved], base: Mapping[tuple[str, Any]
     for (knob, value), rs in groups.items():
         row: dict[str, Any] = {"knob": knob, "value": value}
         speed = _one_estimate_per_campaign([r for r in rs if r.signed])
+        m0, s0 = base.get((knob, value), (0.0, default_sd))
+        s0 = s0 if s0 > 0 else default_sd
         if speed:
-            m0, s0 = base.get((knob, value), (0.0, default_sd))
             mean, sd = _pool([r.effect.log_speedup for r in speed], [record_sd(r) for r in speed])
-            row["log_speedup"], row["prior_sd"] = combine(m0, s0 if s0 > 0 else default_sd, mean, sd)
+            row["log_speedup"], row["prior_sd"] = combine(m0, s0, mean, sd)
         row.update({"records": len(rs), "coverage": rs[0].coverage, "distance": min(r.distance for r in rs)})
         mem = [r for r in rs if r.effect.mem_delta_gib is not None]
         if mem:
