@@ -3,26 +3,69 @@
 ``result.json`` (schema ``infrarsi.result/1``) is the single source the report, ``infrarsi apply`` and finance
 tooling read; ``pack.yaml`` is the promoted launch configuration in a form a researcher can paste into a job
 script.  Artifacts are written to ``<campaign workdir>/report/`` (atomically: temp file then rename).
+
+Everything here is a function of :class:`ReportInputs`: the campaign record with its ``Result`` stage record, its
+trials, observations and cost, the promoted candidate's verdicts, the proposers' section and what the report
+shows of the search's state (:class:`SearchState`).  The engine collects them
+(:meth:`~infrarsi.controller.campaign.engine.CampaignEngine.report_inputs`); nothing here reads the store.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
 
 from infrarsi.controller.campaign.budget import concurrency
 from infrarsi.controller.contract.checks import complete_config
 from infrarsi.controller.contract.launch import render_launch
-from infrarsi.controller.contract.model import Contract
-from infrarsi.controller.store.records import CampaignRecord
-from infrarsi.controller.store.stage_records import Scope, as_scope, doctor_or_none, result_of, scope_or_none
+from infrarsi.controller.contract.model import Contract, Launch
+from infrarsi.controller.store.records import CampaignRecord, ObservationRecord, TrialRecord, VerdictItem
+from infrarsi.controller.store.stage_records import Result, Scope, as_scope, doctor_or_none, scope_or_none
 from infrarsi.verifier.judge import INVARIANTS
 
-if TYPE_CHECKING:  # pragma: no cover
-    from infrarsi.controller.campaign.engine import CampaignEngine
+
+@dataclass(frozen=True)
+class SearchState:
+    """What the report shows of the search (the controller rebuilt from the store): its memory model's table and
+    its summary; ``error`` instead when it could not be rebuilt (a report never fails because of the model)."""
+
+    memory_table: Sequence[Mapping[str, Any]] = ()
+    summary: Mapping[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    @classmethod
+    def of(cls, build: Any) -> "SearchState":
+        """The state of the controller ``build()`` returns, or the error it raised."""
+        try:
+            ctrl = build()
+            return cls(memory_table=ctrl.memory_table(), summary=ctrl.state_summary())
+        except Exception as exc:  # noqa: BLE001 - a report must not fail because the model cannot be rebuilt
+            return cls(error=str(exc))
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    """Everything the artifacts are built from (see the module docstring)."""
+
+    campaign: CampaignRecord
+    contract: Contract
+    #: the contract's launch with ``infrarsi submit``'s sbatch options
+    launch: Launch
+    result: Result
+    trials: Sequence[TrialRecord]
+    observations: Mapping[int, ObservationRecord]
+    cost_by_stage: Sequence[Mapping[str, Any]]
+    #: the stored verdicts of the promoted candidate's last promotion run (empty when nothing was promoted)
+    promoted_verdicts: Sequence[VerdictItem] = ()
+    search: SearchState = field(default_factory=SearchState)
+    #: result.json's ``proposers`` section (``campaign.proposing.proposers_result``)
+    proposers: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
 
 LAYERS = ("L0", "L1", "L2", "L3", "L4", "L5")
 PEAK_FLOPS = float(os.environ.get("INFRARSI_PEAK_TFLOPS", "989.5")) * 1e12
@@ -86,22 +129,22 @@ def combined_diff(repo: Path, scope: Scope | dict[str, Any], patches: list[str])
                    *([f"--relative={prefix}"] if prefix else []), scope.commit, "--", env=env)
 
 
-def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
-    """Collect everything REPORT.md and apply need, from the store and the rebuilt search controller."""
-    store = engine.store
-    contract = engine.contract(c)
-    scope, doctor, res = scope_or_none(c), doctor_or_none(c), result_of(c)
+def build_result(inp: ReportInputs) -> dict[str, Any]:
+    """result.json (schema ``infrarsi.result/1``): everything REPORT.md and apply need.  Writes nothing (the
+    promoted diff is built in a scratch export of the locked commit)."""
+    c, contract = inp.campaign, inp.contract
+    scope, doctor, res = scope_or_none(c), doctor_or_none(c), inp.result
     ref_full = complete_config(contract, contract.reference_config) or contract.reference_config
     t0 = doctor.t0 if doctor else None
-    obs = store.observations(c.id)
+    obs = inp.observations
     trials_json: list[dict[str, Any]] = []
     cum = 0.0
     rejections = {layer: 0 for layer in LAYERS}
-    launch = engine.launch_of(c)  # the contract's launch with `infrarsi submit`'s sbatch options
+    launch = inp.launch
     on_gpu = launch.gpus_per_node > 0  # CPU trials are booked as CPU-hours (one slot), never as GPU-hours
     devices = max(1, launch.nodes * max(1, launch.gpus_per_node))
     cum_all = 0.0
-    for t in store.list_trials(c.id):
+    for t in inp.trials:
         o = obs.get(t.id)
         hours = 0.0
         if t.start_time is not None and t.end_time is not None:
@@ -129,8 +172,7 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
     speedup = float(c.delivered_speedup or 1.0)
     if cand:
         full = complete_config(contract, contract.reference_config | cand["config"]) or cand["config"]
-        cand_trials = [t for t in store.list_trials(c.id, stages=["promotion"]) if t.signature == cand["signature"]]
-        verdicts = store.verdicts(cand_trials[-1].id) if cand_trials else []
+        verdicts = inp.promoted_verdicts
         times = [p["candidate_s"] for p in promo.get("pairs", []) if p.get("candidate_s")
                  and p["group"].startswith(cand["signature"][:16])]
         promoted = {
@@ -154,18 +196,17 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
                "tokens_per_update": tpu, "devices": devices,
                "peak_flops": PEAK_FLOPS, "before": tpu / t0 * float(fpt) / (devices * PEAK_FLOPS),
                "after": tpu / after_t * float(fpt) / (devices * PEAK_FLOPS)}
-    by_stage = store.cost_by_stage(c.id)
+    by_stage = [dict(r) for r in inp.cost_by_stage]
     total = sum(r["gpu_hours"] for r in by_stage)
     failed = sum(r["gpu_hours"] for r in by_stage if r["failure_class"] not in (None, "rejected"))
     rejected_h = sum(r["gpu_hours"] for r in by_stage if r["failure_class"] == "rejected")
     cpu = {k: sum(r.get("cpu_hours", 0.0) for r in by_stage if pred(r["failure_class"])) for k, pred in (
         ("total_cpu_hours", lambda f: True), ("failed_cpu_hours", lambda f: f not in (None, "rejected")),
         ("rejected_cpu_hours", lambda f: f == "rejected"))}
-    try:
-        ctrl = engine.controller(c)
-        memory_table, search = ctrl.memory_table(), ctrl.state_summary()
-    except Exception as exc:  # a report must not fail because the model cannot be rebuilt
-        memory_table, search = [], {"error": str(exc)}
+    if inp.search.error is not None:
+        memory_table, search = [], {"error": inp.search.error}
+    else:
+        memory_table, search = list(inp.search.memory_table), dict(inp.search.summary)
     return {
         "schema": "infrarsi.result/1",
         "campaign": {"id": c.id, "name": c.name, "owner": c.owner, "state": c.state,
@@ -199,30 +240,19 @@ def build_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
                  "share_of_budget": (total + cpu["total_cpu_hours"]) / c.budget_gpu_hours
                  if c.budget_gpu_hours else None,
                  "at_search_stop": res.budget_at_search_stop},
-        "concurrency": concurrency([(t.start_time, t.end_time) for t in store.list_trials(c.id, stages=["search"])]),
-        "proposers": _proposers(engine, c),
+        "concurrency": concurrency([(t.start_time, t.end_time) for t in inp.trials if t.stage == "search"]),
+        "proposers": dict(inp.proposers),
         "memory_table": memory_table,
         "search": search,
         "promotion": {k: v for k, v in promo.items() if k != "candidate"},
     }
 
 
-def _proposers(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
-    """result.json's ``proposers`` (cost ledger and patch provenance); a report never fails because of it."""
-    from infrarsi.controller.campaign.proposing import proposers_result
-
-    try:
-        return proposers_result(engine, c)
-    except Exception as exc:  # noqa: BLE001 - the rest of the report still matters
-        return {"error": f"{type(exc).__name__}: {exc}"}
-
-
-def pack_yaml(engine: "CampaignEngine", c: CampaignRecord, result: dict[str, Any]) -> str:
+def pack_yaml(contract: Contract, c: CampaignRecord, result: Mapping[str, Any]) -> str:
     """The promoted launch configuration: knob values, the rendered command and environment, and patch names."""
     from ruamel.yaml import YAML
     import io
 
-    contract = engine.contract(c)
     promoted = result.get("promoted")
     config = promoted["config"] if promoted else result["reference"]["config"]
     plan = render_launch(contract, config)
@@ -239,35 +269,27 @@ def pack_yaml(engine: "CampaignEngine", c: CampaignRecord, result: dict[str, Any
     return buf.getvalue()
 
 
-def write_artifacts(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Path]:
-    """Write result.json, pack.yaml, progress.png and REPORT.md; also write verified experience back."""
+def write_artifacts(inp: ReportInputs, result: Mapping[str, Any] | None = None) -> dict[str, Path]:
+    """Write result.json, pack.yaml, progress.png and REPORT.md from ``result`` (built from ``inp`` when not
+    given) and return their paths.  The experience write-back is the engine's (it writes to the store)."""
     from infrarsi.controller.report.markdown import render_report
     from infrarsi.controller.report.plot import plot_progress
 
+    c = inp.campaign
     out = report_dir(c)
     out.mkdir(parents=True, exist_ok=True)
-    result = build_result(engine, c)
+    result = dict(result) if result is not None else build_result(inp)
     _atomic_write(out / "result.json", json.dumps(result, indent=2, default=str).encode())
-    _atomic_write(out / "pack.yaml", pack_yaml(engine, c, result).encode())
+    _atomic_write(out / "pack.yaml", pack_yaml(inp.contract, c, result).encode())
     plot_progress(result, out / "progress.png")
     _atomic_write(out / "REPORT.md", render_report(result).encode())
-    _write_experience(engine, c, result)
     return {"dir": out, "report": out / "REPORT.md", "result": out / "result.json", "pack": out / "pack.yaml",
             "plot": out / "progress.png"}
 
 
-def _write_experience(engine: "CampaignEngine", c: CampaignRecord, result: dict[str, Any]) -> None:
-    """Verified write-back into the experience bank, idempotent (controller/experience/writeback.py).  A store that
-    refuses it (a role without the bank grants) costs the bank these records, not the campaign its report: the
-    refusal is reported as progress and ``infrarsi report --regenerate`` writes them later."""
-    from infrarsi.controller.errors import InfrarsiError
-    from infrarsi.controller.experience.writeback import write_campaign_experience
+def _write_experience(engine: Any, c: CampaignRecord, result: Mapping[str, Any]) -> None:
+    """The old name of :func:`infrarsi.controller.campaign.engine.write_experience` (the write-back is the
+    engine's now; ``tests/experience/test_writeback.py`` still calls it here)."""
+    from infrarsi.controller.campaign.engine import write_experience
 
-    if result["reference"]["step_time_s"]:
-        try:
-            n = write_campaign_experience(engine, c, result)
-        except InfrarsiError as exc:
-            engine.progress(f"[{c.id}] experience write-back refused: {exc}")
-            return
-        if n["effects"] or n["observations"]:
-            engine.progress(f"[{c.id}] experience bank: {n['effects']} new effects, {n['observations']} observations")
+    write_experience(engine, c, result)

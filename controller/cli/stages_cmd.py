@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from infrarsi.controller.campaign.artifacts import report_dir, write_artifacts
+from infrarsi.controller.campaign.artifacts import report_dir
 from infrarsi.controller.campaign.engine import CampaignEngine
 from infrarsi.controller.campaign.runner import create_campaign, drive, executor_factory, find_campaign
 from infrarsi.controller.errors import InfrarsiError
@@ -154,7 +154,7 @@ def report_cmd(contract: str, campaign_id: int | None, regenerate: bool, path_on
     if regenerate or not (rd / "REPORT.md").exists():
         if result_of(c).promotion is None:
             raise InfrarsiError(f"campaign {c.id} is in state {c.state}: nothing to report yet")
-        write_artifacts(engine, c)
+        engine.write_report(c)
     click.echo(str(rd / "REPORT.md") if path_only else (rd / "REPORT.md").read_text())
 
 

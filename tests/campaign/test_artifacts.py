@@ -1,5 +1,6 @@
-"""``controller/campaign/artifacts.py`` directly: result.json, pack.yaml, REPORT.md and experience write-back of a
-toy campaign run on the memory store and the in-process executor."""
+"""``controller/campaign/artifacts.py`` directly (from the engine's ``report_inputs``): result.json, pack.yaml,
+REPORT.md, and the engine's experience write-back, of a toy campaign run on the memory store and the in-process
+executor."""
 
 from __future__ import annotations
 
@@ -70,14 +71,14 @@ def test_pack_report_and_experience(done) -> None:
     assert search["2"] == pytest.approx(math.log(2), abs=0.05)
     assert not any(e.knob == "accum" for e in effects)
     # the promoted candidate changes two searched knobs (speed, chunk): no single-knob re-run effect
-    assert sorted(k for k in build_result(eng, c)["promoted"]["changed"] if k != "accum") == ["chunk", "speed"]
+    assert sorted(k for k in build_result(eng.report_inputs(c))["promoted"]["changed"] if k != "accum") == ["chunk", "speed"]
     assert [e for e in effects if e.tier == "verified-rerun"] == []
     obs = eng.store.experience_observations(campaign_id=c.id)
     trials = [t for t in eng.store.list_trials(c.id) if t.stage in ("reference", "search")]
     assert [o.trial for o in obs] == [t.trial_key for t in trials]
     assert all(o.canonical["speed"] == str(o.config["speed"]) for o in obs)
     n = (len(eng.store.effects()), len(eng.store.experience_observations()))
-    write_artifacts(eng, eng.store.get_campaign(c.id))  # report again: nothing duplicated
+    eng.write_report(eng.store.get_campaign(c.id))  # report again: nothing duplicated
     assert (len(eng.store.effects()), len(eng.store.experience_observations())) == n
 
 
@@ -85,9 +86,9 @@ def test_build_result_is_pure_and_rewrite_is_atomic(done) -> None:
     eng, c = done
     c = eng.store.get_campaign(c.id)
     n_exp = len(eng.store.effects())
-    before = build_result(eng, c)
+    before = build_result(eng.report_inputs(c))
     assert len(eng.store.effects()) == n_exp  # building writes nothing
-    paths = write_artifacts(eng, c)
+    paths = write_artifacts(eng.report_inputs(c))
     assert set(paths) == {"dir", "report", "result", "pack", "plot"}
     assert not list(paths["dir"].glob("*.tmp*"))  # no half-written file left behind
     after = json.loads(paths["result"].read_text())

@@ -90,7 +90,7 @@ def test_doctor_asks_for_priors_freezes_them_and_books_the_cost(tmp_path: Path) 
     contract = engine.contract(c)
     space = search_space(contract, [], rows)
     assert space.knob("speed").prior_of(4) == 0.9 and space.knob("speed").prior_of(2) == 0.0
-    ctrl = engine.controller(c)
+    ctrl = engine.search_for(c)
     i = ctrl.fmap.index[("speed", 4)]
     assert ctrl.prior_mu[i] == pytest.approx(0.9) and ctrl.prior_sd[i] >= 0.45  # floored at 0.5 |mu|
 
@@ -147,7 +147,7 @@ def test_run_asks_for_patches_when_the_upside_is_gone_and_records_provenance_bef
     assert [r.request for r in ledger][:2] == ["priors", "patches"]
     assert all(r.prompt_digest for r in ledger)
     # the controller shrinks the claim: prior mean = patch_kappa x capped claim
-    ctrl = engine.controller(c)
+    ctrl = engine.search_for(c)
     assert ctrl.tune["patch_priors"][accepted[0]] == proposing.CLAIM_CAP
     # the report section names the proposer, its cost and the patch's fate
     result = proposing.proposers_result(engine, c)
@@ -168,9 +168,9 @@ def test_a_restarted_engine_reuses_recorded_answers_and_never_asks_twice(tmp_pat
                                                 for p in (c.scope or {}).get("patch_provenance", {}).values()),
                       max_ticks=400)
         asked = llm.requests
-        before = engine.controller(c)
+        before = engine.search_for(c)
         fresh = world.engine()  # a new process over the same database
-        after = fresh.controller(fresh.store.get_campaign(cid))
+        after = fresh.search_for(fresh.store.get_campaign(cid))
         assert after.space.patches == before.space.patches and len(after.space.patches) == 1
         assert after.ask(1) == before.ask(1)  # the same next proposal: the answer is replayed, not re-asked
         assert llm.requests == asked
