@@ -197,7 +197,8 @@ def validate_pack(doc: Any, name: str = "pack") -> tuple[dict[str, Environment],
         if err.validator == "enum" and err.absolute_path and err.absolute_path[-1] == "klass":
             msg = f"unknown mechanism class {err.instance!r} (kernel or balance)"
         elif err.validator == "enum" and err.absolute_path and err.absolute_path[-1] == "tier":
-            msg = f"unknown evidence tier {err.instance!r} (verified-rerun, verified-search, verified-model or legacy)"
+            msg = (f"unknown evidence tier {err.instance!r} "
+                   "(verified-rerun, verified-search, verified-model or legacy)")
         raise PackError(f"{name}: {_where(list(err.absolute_path))}: {msg}")
     try:
         envs: dict[str, Environment] = {}

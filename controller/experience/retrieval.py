@@ -509,5 +509,5 @@ def search_experience(effects: Iterable[Effect], observations: Iterable[Observat
 
 
 __all__ = ["Coverage", "Grade", "Mode", "MODES", "TargetKnob", "target_knob", "target_knobs", "reference_state",
-           "seq_bucket", "param_bucket", "scope", "sign_transfers", "distance", "Retrieved", "retrieve", "knob_grades", "record_sd",
-           "combine", "setting_priors", "first_start", "conflicts", "search_experience"]
+           "seq_bucket", "param_bucket", "scope", "sign_transfers", "distance", "Retrieved", "retrieve",
+           "knob_grades", "record_sd", "combine", "setting_priors", "first_start", "conflicts", "search_experience"]
