@@ -3,8 +3,8 @@
 Contract:
 
 * A state function reads only its :class:`Snapshot` (the campaign record with its typed stage records, the
-  campaign's trials and observations, its cost by stage, its slot :class:`~infrarsi.controller.campaign.launcher.
-  Capacity`, the contract) and returns a list of actions.  It never writes to the store, calls an executor or a
+  campaign's trials and observations, its cost by stage, its slot ``Capacity`` from the launcher, the contract)
+  and returns a list of actions.  It never writes to the store, calls an executor or a
   proposer, and returns the same actions for the same snapshot.  The search controller it needs is rebuilt from
   the snapshot (:meth:`Snapshot.build_search`, a pure replay, fresh on every call like the engine's).
 * I/O a decision needs is read into the snapshot first by the engine: the scope lock for ``init``
