@@ -124,13 +124,21 @@ def write_campaign_experience(engine: Any, campaign: Any, result: Mapping[str, A
     obs = store.observations(campaign.id)
     env = campaign_environment(contract, doctor.header_extra if doctor else None,
                                _reference_versions(engine, campaign, trials))
-    banned: list = []
-    try:
-        banned = list(engine.controller(campaign).ledger.banned)
-    except Exception:  # noqa: BLE001 - conflicts are optional; a model that cannot be rebuilt must not stop this
-        banned = []
-    o, e = campaign_records(contract, campaign, env, trials, obs, result, banned)
+    o, e = campaign_records(contract, campaign, env, trials, obs, result, search_conflicts(engine, campaign))
     return write_back(store, campaign.id, env, o, e)
+
+
+def search_conflicts(engine: Any, campaign: Any) -> list:
+    """The minimal conflict tuples of the campaign's rebuilt search (its failure ledger's ``banned``), [] when the
+    search cannot be rebuilt: conflicts are optional and must never stop a write-back.  The engine rebuilds the
+    search with ``search_for`` (``controller`` in older engines)."""
+    rebuild = getattr(engine, "search_for", None) or getattr(engine, "controller", None)
+    if rebuild is None:
+        return []
+    try:
+        return list(rebuild(campaign).ledger.banned)
+    except Exception:  # noqa: BLE001 - a model that cannot be rebuilt must not stop the write-back
+        return []
 
 
 def _reference_versions(engine: Any, campaign: Any, trials: Sequence[Any]) -> dict[str, Any] | None:
@@ -150,4 +158,5 @@ def _reference_versions(engine: Any, campaign: Any, trials: Sequence[Any]) -> di
     return None
 
 
-__all__ = ["MIN_GATE", "campaign_label", "gate_of", "campaign_records", "write_back", "write_campaign_experience"]
+__all__ = ["MIN_GATE", "campaign_label", "gate_of", "campaign_records", "write_back", "write_campaign_experience",
+           "search_conflicts"]

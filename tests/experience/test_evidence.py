@@ -152,3 +152,18 @@ def test_fp8_and_balance_effects_from_another_sku_carry_no_sign() -> None:
 def test_one_rule_for_the_real_and_the_simulated_write_back() -> None:
     assert writeback.evidence_effects is evidence.evidence_effects is transfer.evidence_effects
     assert writeback.gate_of is evidence.gate_of and writeback.MIN_GATE == evidence.MIN_GATE
+
+
+def test_write_back_reads_conflicts_from_the_rebuilt_search() -> None:
+    from types import SimpleNamespace
+
+    ledger = SimpleNamespace(banned=[(("attn", "fa2"), ("tp", 2))])
+    search = SimpleNamespace(ledger=ledger)
+    assert writeback.search_conflicts(SimpleNamespace(search_for=lambda c: search), None) == ledger.banned
+    assert writeback.search_conflicts(SimpleNamespace(controller=lambda c: search), None) == ledger.banned
+
+    def broken(_c):
+        raise RuntimeError("cannot rebuild")
+
+    assert writeback.search_conflicts(SimpleNamespace(search_for=broken), None) == []
+    assert writeback.search_conflicts(SimpleNamespace(), None) == []
