@@ -21,7 +21,7 @@ one transaction and idempotent.  The search state is never stored: it is rebuilt
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable
@@ -230,7 +230,7 @@ class CampaignEngine:
         inputs = self.report_inputs(c)
         result = build_result(inputs)
         paths = write_artifacts(inputs, result)
-        write_experience(_WritebackView(self), c, result)
+        write_experience(self, c, result)
         return paths
 
 
@@ -250,32 +250,3 @@ def write_experience(engine: Any, c: CampaignRecord, result: Any) -> None:
         if n["effects"] or n["observations"]:
             engine.progress(f"[{c.id}] experience bank: {n['effects']} new effects, {n['observations']} "
                             f"observations")
-
-
-@dataclass(frozen=True)
-class _WritebackView:
-    """What ``experience.writeback.write_campaign_experience`` reads of an engine.  That module (not this one's
-    to change) still calls ``engine.controller(c)``, the name ``search_for`` replaced; this view keeps both until
-    it calls ``search_for``."""
-
-    engine: CampaignEngine
-
-    @property
-    def store(self) -> Store:
-        return self.engine.store
-
-    @property
-    def settings(self) -> Settings:
-        return self.engine.settings
-
-    @property
-    def progress(self) -> Progress:
-        return self.engine.progress
-
-    def contract(self, c: CampaignRecord) -> Contract:
-        return self.engine.contract(c)
-
-    def search_for(self, c: CampaignRecord) -> Any:
-        return self.engine.search_for(c)
-
-    controller = search_for
