@@ -7,9 +7,11 @@ slots one at a time, each with the busy set: running, pending and this batch's
 earlier slots).  Operators, in order: the three starts;
 queued follow-ups derived from tells (bundle completion, conflict
 backtracking and migration, ordered-axis extrapolation, conflict reverts);
-one contrarian probe; patch stacking and patch exploration; warm restarts
-and trust-region escape over the big-knob set when stalled, else the normal
-trust region; finally the whole pool by acquisition.  Nothing here mutates
+one contrarian probe; patch stacking and patch exploration; when stalled on
+an incumbent from transferred experience, the refine sweep of its uncovered
+levers (:mod:`refine`); warm restarts and trust-region escape over the
+big-knob set when stalled, else the normal trust region; finally the whole
+pool by acquisition.  Nothing here mutates
 the controller: operators see it through a read-only
 :class:`~infrarsi.controller.search.view.SearchView`, and only the ``on_*`` hooks, which run inside
 ``tell``, change anything: the follow-up queue (:class:`~infrarsi.controller.search.view.FollowUps`)
@@ -28,7 +30,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from infrarsi.controller.search import batch
+from infrarsi.controller.search import batch, refine
 from infrarsi.controller.search.models import log_speedup
 from infrarsi.controller.search.space import PATCH, Candidate, Outcome, Setting, settings_key
 from infrarsi.controller.search.view import FollowUps, SearchView, view_of
@@ -454,6 +456,8 @@ def propose(view: SearchView, rng: np.random.Generator, taken: set[Candidate],
     upside = float(np.max(np.where(ok & (dist > 0), mu + 2 * sd, -np.inf), initial=-np.inf)) - view.incumbent_y
     yield from _contrarian(view, busy)
     yield from _patch_ops(view, upside < view.gate or view.stall >= int(view.tune["stall_trials"]), busy)
+    # stalled on an experience start: refine it (controller/search/refine.py) before escaping it
+    yield from refine.refine_sweep(view, busy, _with_setting, _complete_bundle)
 
     crowded = np.zeros(len(rows), dtype=bool)  # one knob from a busy candidate with the incumbent's patches
     for b in busy:
