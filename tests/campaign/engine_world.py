@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from infrarsi.controller.campaign.engine import CampaignEngine
 from infrarsi.controller.campaign.runner import create_campaign
+from infrarsi.controller.executors.base import JobHandle, TrialSpec
 from infrarsi.controller.executors.inprocess import (
     InProcessCluster, InProcessExecutor, JobFn, TrialRun, knob, scripted_receipt,
 )
@@ -67,3 +68,22 @@ def run_until(engine: CampaignEngine, cid: int, done: Callable[[CampaignRecord],
         c = engine.tick(cid)
     assert done(c), f"campaign {cid} stuck in {c.state} ({c.error})"
     return c
+
+
+class Died(BaseException):
+    """The controller process dying (nothing below may catch it)."""
+
+
+class DiesAfterSubmit(InProcessExecutor):
+    """Submits the job, then the controller dies before it records the job id."""
+
+    def submit(self, spec: TrialSpec) -> JobHandle:
+        super().submit(spec)
+        raise Died("killed between the submit and recording its job id")
+
+
+class DiesBeforeSubmit(InProcessExecutor):
+    """The controller dies after the intent, before the submit."""
+
+    def submit(self, spec: TrialSpec) -> JobHandle:
+        raise Died("killed after the intent, before the submit")

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.controller.executors.base import JobHandle, TrialSpec
-from infrarsi.controller.executors.inprocess import InProcessExecutor, scripted_receipt
-from tests.campaign.engine_world import BASE_STEP_S, World, make_world, run_until, speed_of, toy_job
+from infrarsi.controller.executors.inprocess import scripted_receipt
+from tests.campaign.engine_world import Died, DiesAfterSubmit, DiesBeforeSubmit, BASE_STEP_S, World, make_world, run_until, speed_of, toy_job
 
 
 @pytest.fixture
@@ -142,26 +141,11 @@ def test_paused_engine_launches_nothing_but_still_ingests(world: World) -> None:
     assert run_until(eng, c.id, lambda c: c.state == "run").doctor is not None
 
 
-class _Died(BaseException):
-    """The controller process dying (nothing below may catch it)."""
-
-
-class _DiesAfterSubmit(InProcessExecutor):
-    def submit(self, spec: TrialSpec) -> JobHandle:
-        super().submit(spec)
-        raise _Died("killed between the submit and recording its job id")
-
-
-class _DiesBeforeSubmit(InProcessExecutor):
-    def submit(self, spec: TrialSpec) -> JobHandle:
-        raise _Died("killed after the intent, before the submit")
-
-
-@pytest.mark.parametrize("dies, resubmits", [(_DiesAfterSubmit, False), (_DiesBeforeSubmit, True)])
+@pytest.mark.parametrize("dies, resubmits", [(DiesAfterSubmit, False), (DiesBeforeSubmit, True)])
 def test_restart_adopts_an_intent_trial_or_submits_it_once(world: World, dies: type, resubmits: bool) -> None:
     eng1 = world.engine(dies(toy_job(), slots=1, cluster=world.cluster))
     c = run_until(eng1, world.campaign(eng1).id, lambda c: c.state == "doctor")
-    with pytest.raises(_Died):
+    with pytest.raises(Died):
         eng1.tick(c.id)
     (intent,) = eng1.store.live_trials([c.id])
     assert intent.status == "intent" and intent.job_id is None

@@ -16,13 +16,12 @@ from infrarsi.controller.campaign import launcher as launcher_mod
 from infrarsi.controller.campaign.context import CampaignContracts
 from infrarsi.controller.campaign.launcher import Capacity, TrialLauncher
 from infrarsi.controller.campaign.searchglue import free_config
-from infrarsi.controller.executors.base import JobHandle, TrialSpec
 from infrarsi.controller.executors.inprocess import InProcessExecutor
 from infrarsi.controller.search.space import Candidate
 from infrarsi.controller.store.base import FencedError
 from infrarsi.controller.store.memory import MemoryStore
 from infrarsi.controller.store.records import CampaignRecord
-from tests.campaign.engine_world import World, make_world, run_until, toy_job
+from tests.campaign.engine_world import Died, DiesAfterSubmit, DiesBeforeSubmit, World, make_world, run_until, toy_job
 
 
 @pytest.fixture
@@ -50,21 +49,6 @@ def _cand(launcher: TrialLauncher, c: CampaignRecord, patches: tuple[str, ...] =
     return Candidate.from_dict(free_config(contract, contract.reference_config | knobs), patches)
 
 
-class _Died(BaseException):
-    """The controller process dying (nothing below may catch it)."""
-
-
-class _DiesAfterSubmit(InProcessExecutor):
-    def submit(self, spec: TrialSpec) -> JobHandle:
-        super().submit(spec)
-        raise _Died("killed between the submit and recording its job id")
-
-
-class _DiesBeforeSubmit(InProcessExecutor):
-    def submit(self, spec: TrialSpec) -> JobHandle:
-        raise _Died("killed after the intent, before the submit")
-
-
 def test_intent_is_stored_before_the_submit_and_crash_points_sit_between(world: World,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     c = _locked(world)
@@ -84,12 +68,12 @@ def test_intent_is_stored_before_the_submit_and_crash_points_sit_between(world: 
     assert t.status == "submitted" and t.job_id == next(iter(world.cluster.jobs)) and len(ex.submitted) == 1
 
 
-@pytest.mark.parametrize("dies, resubmits", [(_DiesAfterSubmit, False), (_DiesBeforeSubmit, True)])
+@pytest.mark.parametrize("dies, resubmits", [(DiesAfterSubmit, False), (DiesBeforeSubmit, True)])
 def test_a_restarted_launcher_adopts_the_intent_or_submits_it_once(world: World, dies: type,
                                                                    resubmits: bool) -> None:
     c = _locked(world)
     la1 = _launcher(world, dies(toy_job(), slots=2, cluster=world.cluster))
-    with pytest.raises(_Died):
+    with pytest.raises(Died):
         la1.new_trial(c, "reference", _cand(la1, c))
     (intent,) = la1.store.live_trials([c.id])
     assert intent.status == "intent" and intent.job_id is None
@@ -144,8 +128,8 @@ def test_reconcile_ingests_finished_jobs_and_closes_lost_ones(world: World) -> N
 
 def test_an_intent_of_an_ended_campaign_is_closed_not_launched(world: World) -> None:
     c = _locked(world)
-    la1 = _launcher(world, _DiesBeforeSubmit(toy_job(), cluster=world.cluster))
-    with pytest.raises(_Died):
+    la1 = _launcher(world, DiesBeforeSubmit(toy_job(), cluster=world.cluster))
+    with pytest.raises(Died):
         la1.new_trial(c, "reference", _cand(la1, c))
     ex = world.executor()
     la = _launcher(world, ex)
