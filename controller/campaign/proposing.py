@@ -2,7 +2,9 @@
 
 Three moments:
 
-* ``doctor``: every ``catalog`` and ``llm`` proposer is asked for knob priors (:func:`doctor_priors`).  The merged
+* ``doctor``: every ``catalog`` and ``llm`` proposer is asked for knob priors (:meth:`ProposerRunner.doctor_priors`,
+  in the background: the engine's tick never waits for a model, so one slow endpoint does not stall the daemon's
+  other campaigns; the campaign stays in ``doctor`` until every answer is in).  The merged
   priors are frozen into the doctor record (``proposer_priors``), so a replayed search sees exactly what the first
   one saw; :func:`infrarsi.controller.campaign.searchglue.search_space` puts them where the contract's own priors
   go (flooring ``max(sigma_min, 0.5 |mu|)`` and the empirical-Bayes revision then apply).
@@ -110,6 +112,8 @@ class _CampaignState:
     spec: ProposersSpec
     src: Path
     inflight: list[_Request] = field(default_factory=list)
+    #: the doctor's prior requests, all asked in one background job (None: not asked in this process)
+    doctor: Future | None = None
 
 
 class ProposerRunner:
@@ -192,22 +196,29 @@ class ProposerRunner:
                 self._pool = None
 
     # ---------------------------------------------------------------- doctor
-    def doctor_priors(self, c: CampaignRecord, doctor: Doctor) -> dict[str, Any]:
-        """Ask every prior-giving proposer (in parallel, at most ``max_concurrent`` at once), record each request in
-        the ledger and return the doctor-record keys ``proposer_priors`` (merged rows) and
-        ``proposer_priors_dropped`` (one line per prior that named no searched knob value)."""
+    def doctor_priors(self, c: CampaignRecord, doctor: Doctor) -> dict[str, Any] | None:
+        """The doctor-record keys ``proposer_priors`` (merged rows) and ``proposer_priors_dropped`` (one line per
+        prior that named no searched knob value), or None while the answers are still coming.
+
+        The first call asks every prior-giving proposer in a background job (at most ``max_concurrent`` at once)
+        and returns None; a later call (the next tick) that finds every answer in records each request in the
+        ledger and returns the merged priors.  ``{}`` at once for a campaign without such proposers.  Never
+        raises for a proposer's fault (``Proposer.propose`` is guarded)."""
         contract = self.engine.contract(c)
         spec = self.spec(contract)
         if not any(e.kind in PRIOR_KINDS for e in spec.entries):
             return {}
         st = self._state(c)
-        askers = [p for p in st.proposers if p.kind in PRIOR_KINDS]
-        ctx = self.context(c, "priors", doctor=doctor)
-        outcomes: list[ProposerOutcome] = []
-        width = max(1, spec.max_concurrent)
-        for i in range(0, len(askers), width):
-            futs = [self._submit(p.propose, ctx) for p in askers[i:i + width]]
-            outcomes += [f.result() for f in futs]
+        if st.doctor is None:
+            askers = [p for p in st.proposers if p.kind in PRIOR_KINDS]
+            st.doctor = self._submit(_ask_all, askers, self.context(c, "priors", doctor=doctor),
+                                     max(1, spec.max_concurrent))
+            self.engine.progress(f"[{c.id}] asking {len(askers)} proposer(s) for knob priors")
+            return None
+        if not st.doctor.done():
+            return None
+        outcomes: list[ProposerOutcome] = st.doctor.result()
+        st.doctor = None
         for o in outcomes:
             self._ledger(c, o, "doctor", "priors")
         rows, dropped = merge_priors(contract, outcomes, doctor.reference_peak_mem_gib)
@@ -348,6 +359,13 @@ class ProposerRunner:
         c = self.engine.store.get_campaign(c.id)
         st = self._state(c)
         return build_context(self.engine, c, kind, st.src, doctor=doctor, stack=stack)
+
+
+def _ask_all(askers: list["Proposer"], ctx: "PromptContext", width: int) -> list["ProposerOutcome"]:
+    """Every proposer's answer to ``ctx``, in ``askers`` order, at most ``width`` requests at once (runs in one
+    background thread of the runner's pool, with its own small pool for the requests)."""
+    with ThreadPoolExecutor(max_workers=width, thread_name_prefix="proposer-priors") as pool:
+        return list(pool.map(lambda p: p.propose(ctx), askers))
 
 
 def _upside_low(ctrl: "SearchController", busy: list) -> bool:

@@ -59,14 +59,22 @@ def make_world(tmp: Path) -> World:
 
 
 def run_until(engine: CampaignEngine, cid: int, done: Callable[[CampaignRecord], bool],
-              max_ticks: int = 100) -> CampaignRecord:
-    """Tick until ``done(campaign)`` (a deadline in ticks, not in sleeps); AssertionError when it never is."""
+              max_ticks: int = 100, seconds: float | None = None) -> CampaignRecord:
+    """Tick until ``done(campaign)`` (a deadline in ticks, not in sleeps); AssertionError when it never is.
+
+    ``seconds``: a deadline in seconds instead, for campaigns that wait on a background thread (a proposer's
+    answer): an idle engine ticks faster than a loaded machine answers."""
+    import time
+
     c = engine.store.get_campaign(cid)
-    for _ in range(max_ticks):
+    deadline = None if seconds is None else time.monotonic() + seconds
+    ticks = 0
+    while (time.monotonic() < deadline) if deadline is not None else (ticks < max_ticks):
         if done(c):
             return c
         c = engine.tick(cid)
-    assert done(c), f"campaign {cid} stuck in {c.state} ({c.error})"
+        ticks += 1
+    assert done(c), f"campaign {cid} stuck in {c.state} ({c.error}) after {ticks} ticks"
     return c
 
 

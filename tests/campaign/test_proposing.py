@@ -78,7 +78,7 @@ def test_doctor_asks_for_priors_freezes_them_and_books_the_cost(tmp_path: Path) 
         _contract_with(world, LLM.format(conc=1, url=llm.base_url))
         engine = world.engine()
         cid = world.campaign(engine).id
-        c = run_until(engine, cid, lambda c: c.state not in ("init", "doctor"))
+        c = run_until(engine, cid, lambda c: c.state not in ("init", "doctor"), seconds=120)
         assert llm.requests == 1
     rows = c.doctor["proposer_priors"]
     assert [(r["knob"], r["value"], r["mean"], r["spread"]) for r in rows] == [("speed", 4, 0.9, 0.3)]
@@ -95,13 +95,31 @@ def test_doctor_asks_for_priors_freezes_them_and_books_the_cost(tmp_path: Path) 
     assert ctrl.prior_mu[i] == pytest.approx(0.9) and ctrl.prior_sd[i] >= 0.45  # floored at 0.5 |mu|
 
 
+def test_a_slow_model_at_doctor_never_blocks_a_tick(tmp_path: Path) -> None:
+    """The daemon ticks every campaign in one loop: a model that takes seconds to answer the doctor's prior request
+    must not hold the tick (nor any other campaign) for those seconds."""
+    world = make_world(tmp_path)
+    answer = proposal(priors=[{"knob": "speed", "value": "4", "mean_log_speedup": 0.9, "spread": 0.3}])
+    with StubLLM([answer], delay_s=3.0) as llm:
+        _contract_with(world, LLM.format(conc=1, url=llm.base_url))
+        engine = world.engine()
+        cid = world.campaign(engine).id
+        run_until(engine, cid, lambda c: any("for knob priors" in ln for ln in world.log), seconds=120)
+        t0 = time.monotonic()
+        c = engine.tick(cid)
+        assert time.monotonic() - t0 < 2.0 and c.state == "doctor" and c.doctor is None  # asked, not waited for
+        c = run_until(engine, cid, lambda c: c.state not in ("init", "doctor"), seconds=120)
+    assert llm.requests == 1 and c.doctor["proposer_priors"][0]["knob"] == "speed"
+    assert [r.stage for r in engine.store.proposer_requests(cid)] == ["doctor"]  # one row, written once
+
+
 def test_a_failing_model_at_doctor_is_a_ledger_row_not_a_failed_campaign(tmp_path: Path) -> None:
     world = make_world(tmp_path)
     with StubLLM(["this is not json"]) as llm:
         _contract_with(world, LLM.format(conc=1, url=llm.base_url))
         engine = world.engine()
         cid = world.campaign(engine).id
-        c = run_until(engine, cid, lambda c: c.state not in ("init", "doctor"))
+        c = run_until(engine, cid, lambda c: c.state not in ("init", "doctor"), seconds=120)
     assert c.state == "run" and c.doctor["proposer_priors"] == []
     (row,) = engine.store.proposer_requests(cid)
     assert row.outcome == "failed" and "not JSON" in row.reason
@@ -130,7 +148,7 @@ def test_run_asks_for_patches_when_the_upside_is_gone_and_records_provenance_bef
     with llm:
         engine = world.engine()
         cid = world.campaign(engine).id
-        c = run_until(engine, cid, lambda c: c.state == "done", max_ticks=400)
+        c = run_until(engine, cid, lambda c: c.state == "done", seconds=300)
         assert c.state == "done", c.error
     scope = c.scope
     mine = [n for n, p in scope["patch_provenance"].items() if p["proposer"] == "stub"]
@@ -166,7 +184,7 @@ def test_a_restarted_engine_reuses_recorded_answers_and_never_asks_twice(tmp_pat
         cid = world.campaign(engine).id
         c = run_until(engine, cid, lambda c: any(p.get("proposer") == "stub"
                                                 for p in (c.scope or {}).get("patch_provenance", {}).values()),
-                      max_ticks=400)
+                      seconds=300)
         asked = llm.requests
         before = engine.search_for(c)
         fresh = world.engine()  # a new process over the same database
@@ -194,7 +212,8 @@ def test_never_more_requests_in_flight_than_configured(tmp_path: Path) -> None:
         runner = proposing.runner_of(engine)
         seen = 0
         c = engine.store.get_campaign(cid)
-        for _ in range(400):
+        deadline = time.monotonic() + 300  # the answers come on background threads (0.3 s each): seconds, not ticks
+        while time.monotonic() < deadline:
             c = engine.tick(cid)
             seen = max(seen, runner.in_flight(cid))
             if c.state in ("verify", "report", "done", "failed"):
