@@ -13,6 +13,7 @@ from infrarsi.controller.errors import InfrarsiError
 from infrarsi.controller.experience.transfer import campaign_records, landscape_environment, landscape_knobs, run_transfer
 from infrarsi.controller.search.benchmark import simulate_campaign
 from infrarsi.controller.search.landscape import load_landscape
+from tests.experience.transfer_pairs import check_pair
 
 LANDS = Path(__file__).resolve().parents[2] / "bench" / "landscapes"
 H20 = LANDS / "transfer_h20_gpt7b.py"
@@ -35,30 +36,16 @@ def test_landscape_environment_and_renamed_knobs_share_mechanisms() -> None:
 
 
 def test_llama_pair_loads_with_renamed_flags_and_sign_flips() -> None:
-    a, b = load_landscape(L20), load_landscape(L100)
-    ka, kb = landscape_knobs(a), landscape_knobs(b)
-    assert len(ka) == len(kb) == 15 and a.space.size() == b.space.size() > 100_000
-    assert {k.name for k in ka}.isdisjoint({k.name for k in kb})        # every flag renamed
-    assert [k.mechanism for k in ka] == [k.mechanism for k in kb]          # the same mechanisms, in order
-    assert [k.klass for k in ka] == [k.klass for k in kb]
-    ea, eb = landscape_environment(a, ka), landscape_environment(b, kb)
-    assert (ea.gpu_sku, eb.gpu_sku) == ("H20", "H100") and ea.nodes == eb.nodes == 2
-    assert ea.reference_state == eb.reference_state and ea.model_family == eb.model_family == "llama"
-    by_a = {k.mechanism: k for k in ka}
-    by_b = {k.mechanism: k for k in kb}
-
-    def effect(land, knobs, mech: str, canonical: str) -> float:
-        k = knobs[mech]
-        return land.module.SPEED[(k.name, k.value_for(canonical))]
-
+    a, b, effect = check_pair(L20, L100, knobs=15, skus=("H20", "H100"), nodes=2, family="llama")
+    assert a.space.size() > 100_000
     # the sign flips of the module docstrings: FP8 (hardware-bound kernel), TP and the 400 MB bucket (balance)
     for mech, value in (("low_precision_gemm", "on"), ("tensor_parallel", "2"), ("tensor_parallel", "4"),
                         ("grad_bucket", "400")):
-        assert effect(a, by_a, mech, value) * effect(b, by_b, mech, value) < 0, mech
+        assert effect(0, mech, value) * effect(1, mech, value) < 0, mech
     # kernel levers help on both
     for mech, value in (("graph_compile", "on"), ("attention_kernel", "flash"), ("optimizer_fusion", "fused"),
                         ("fused_cross_entropy", "on"), ("fused_rmsnorm", "on"), ("rope_kernel", "on")):
-        assert effect(a, by_a, mech, value) > 0 and effect(b, by_b, mech, value) > 0, mech
+        assert effect(0, mech, value) > 0 and effect(1, mech, value) > 0, mech
     # the reference fits both; the H100 has less memory per GPU
     assert a.true_speedup(a.space.reference()) == b.true_speedup(b.space.reference()) == 1.0
     assert b.capacity_gib < a.capacity_gib
