@@ -174,10 +174,11 @@ class CampaignEngine:
                 self.progress(action.message)
         elif isinstance(action, states.CompleteDoctor):
             record = action.record
-            record = record.replace(**self._experience_snapshot(c, self.contract(c), record.header_extra))
             priors = proposing.runner_of(self).doctor_priors(c, record)  # None: answers still coming
             if priors is None:
                 return  # the state function asks again next tick; nothing was stored
+            # retrieval once, when the record is stored (the proposers' prompt does not read it)
+            record = record.replace(**self._experience_snapshot(c, self.contract(c), record.header_extra))
             record = record.replace(**priors)  # frozen priors
             self.store.update_campaign(c.id, doctor=record.dump(), state="run")
             self.progress(action.message)
