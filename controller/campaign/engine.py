@@ -59,6 +59,10 @@ class CampaignEngine:
                                       partition_limits)
         #: the same dict as the launcher's (the daemon's metrics read ``engine._executors``)
         self._executors = self.launcher.executors
+        #: the proposers' site default for tests and embedded use (None: the daemon config's ``proposers:``);
+        #: read when :attr:`proposers` is first used
+        self.proposer_site: Any = None
+        self._proposers: proposing.ProposerRunner | None = None
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -88,6 +92,17 @@ class CampaignEngine:
     def launch_of(self, c: CampaignRecord) -> Launch:
         """The campaign's effective launch section: the contract's, with ``infrarsi submit``'s sbatch options."""
         return self.contracts.launch_of(c)
+
+    @property
+    def proposers(self) -> proposing.ProposerRunner:
+        """The proposers' runner (created on first use), which sees the engine only through
+        :class:`~infrarsi.controller.campaign.proposing.ProposerDeps`: the store, the contract, progress."""
+        if self._proposers is None:
+            deps = proposing.ProposerDeps(store=self.store, contract_of=self.contract,
+                                          progress=lambda msg: self.progress(msg))
+            site = self.proposer_site
+            self._proposers = proposing.ProposerRunner(deps, site, use_site=site is None)
+        return self._proposers
 
     def search_for(self, c: CampaignRecord) -> Any:
         """The search controller rebuilt from the store (public for reports and the proposers)."""
@@ -147,7 +162,7 @@ class CampaignEngine:
         if c.state == "init":
             snap = replace(snap, scope_lock=states.lock_scope_for(c, contract, self.settings))
         elif c.state == "run" and states.search_open(snap):
-            runner = proposing.runner_of(self)  # patches asked of llm/agent proposers (campaign/proposing.py)
+            runner = self.proposers  # patches asked of llm/agent proposers (campaign/proposing.py)
             live = [t for t in snap.stage("search") if t.live]
             if runner.step(c, lambda: self.search_for(c), live):
                 snap = snap.with_campaign(self.store.get_campaign(c.id))  # answers recorded in the scope now
@@ -174,7 +189,7 @@ class CampaignEngine:
                 self.progress(action.message)
         elif isinstance(action, states.CompleteDoctor):
             record = action.record
-            priors = proposing.runner_of(self).doctor_priors(c, record)  # None: answers still coming
+            priors = self.proposers.doctor_priors(c, record)  # None: answers still coming
             if priors is None:
                 return  # the state function asks again next tick; nothing was stored
             # retrieval once, when the record is stored (the proposers' prompt does not read it)
@@ -208,8 +223,6 @@ class CampaignEngine:
         """What the artifacts are built from (:class:`~infrarsi.controller.campaign.artifacts.ReportInputs`):
         the campaign's records from the store, the proposers' section and the search's state."""
         from infrarsi.controller.campaign.artifacts import ReportInputs, SearchState
-        from infrarsi.controller.campaign.proposing import proposers_result
-
         trials = tuple(self.store.list_trials(c.id))
         result = result_of(c)
         cand = (result.promotion or {}).get("candidate")
@@ -218,7 +231,7 @@ class CampaignEngine:
             mine = [t for t in trials if t.stage == "promotion" and t.signature == cand["signature"]]
             verdicts = self.store.verdicts(mine[-1].id) if mine else []
         try:
-            proposers = proposers_result(self, c)
+            proposers = proposing.proposers_result(self.store, c)
         except Exception as exc:  # noqa: BLE001 - the rest of the report still matters
             proposers = {"error": f"{type(exc).__name__}: {exc}"}
         return ReportInputs(campaign=c, contract=self.contract(c), launch=self.launch_of(c), result=result,

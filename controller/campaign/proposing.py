@@ -39,7 +39,6 @@ import hashlib
 import logging
 import math
 import threading
-import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,11 +48,11 @@ from infrarsi.controller.contract.model import Contract
 from infrarsi.controller.errors import InfrarsiError, PatchError, one_line
 from infrarsi.controller.proposers.ledger import record_outcome
 from infrarsi.controller.proposers.spec import FolderSpec, ProposersSpec
+from infrarsi.controller.store.base import Store
 from infrarsi.controller.store.records import CampaignRecord, TrialRecord
 from infrarsi.controller.store.stage_records import Doctor, Scope, doctor_or_none, result_of, scope_of, scope_or_none
 
 if TYPE_CHECKING:  # pragma: no cover
-    from infrarsi.controller.campaign.engine import CampaignEngine
     from infrarsi.controller.proposers.base import PromptContext, Proposer, ProposerOutcome
     from infrarsi.controller.search.controller import SearchController
 
@@ -95,6 +94,16 @@ def effective_proposers(contract: Contract, site: ProposersSpec | None = None) -
 
 
 # --------------------------------------------------------------------------------------------------- the runner
+@dataclass(frozen=True)
+class ProposerDeps:
+    """What the proposers need of the campaign machinery, and nothing more: the store (campaign records, trials,
+    observations, the ledger), the campaign's parsed contract and a progress line."""
+
+    store: Store
+    contract_of: Callable[[CampaignRecord], Contract]
+    progress: Callable[[str], None] = lambda msg: None
+
+
 @dataclass
 class _Request:
     campaign_id: int
@@ -117,12 +126,13 @@ class _CampaignState:
 
 
 class ProposerRunner:
-    """Per-engine state: built proposers per campaign and the requests in flight (a thread pool).
+    """Per-engine state: built proposers per campaign and the requests in flight (a thread pool).  It sees the
+    campaign machinery only through ``deps`` (:class:`ProposerDeps`).
 
     Nothing here is needed to replay a campaign: answers live in the store; this only holds work in progress."""
 
-    def __init__(self, engine: "CampaignEngine", site: ProposersSpec | None = None, *, use_site: bool = True):
-        self.engine = engine
+    def __init__(self, deps: ProposerDeps, site: ProposersSpec | None = None, *, use_site: bool = True):
+        self.deps = deps
         self._site = site
         self._use_site = use_site and site is None
         self._pool: ThreadPoolExecutor | None = None
@@ -148,7 +158,7 @@ class ProposerRunner:
         from infrarsi.controller.proposers.base import build_proposers
         from infrarsi.controller.settings import isolation_mode
 
-        contract = self.engine.contract(c)
+        contract = self.deps.contract_of(c)
         spec = self.spec(contract)
         scope = scope_of(c)
         base = Path(c.workdir) / "proposers"
@@ -159,10 +169,10 @@ class ProposerRunner:
             proposers = build_proposers(spec, contract=contract, repo=Path(workdir), workdir=base / "scratch",
                                         isolation=isolation_mode())
         except Exception as exc:  # noqa: BLE001 - a proposer that cannot be built never fails the campaign
-            self.engine.progress(f"[{c.id}] proposers unavailable: {one_line(exc)}")
+            self.deps.progress(f"[{c.id}] proposers unavailable: {one_line(exc)}")
             proposers = []
         spent: dict[str, list[float]] = {}
-        for r in self.engine.store.proposer_requests(c.id):  # budgets count what earlier processes spent
+        for r in self.deps.store.proposer_requests(c.id):  # budgets count what earlier processes spent
             acc = spent.setdefault(r.proposer, [0, 0.0])
             acc[0] += r.tokens_in + r.tokens_out
             acc[1] += r.usd or 0.0
@@ -204,7 +214,7 @@ class ProposerRunner:
         and returns None; a later call (the next tick) that finds every answer in records each request in the
         ledger and returns the merged priors.  ``{}`` at once for a campaign without such proposers.  Never
         raises for a proposer's fault (``Proposer.propose`` is guarded)."""
-        contract = self.engine.contract(c)
+        contract = self.deps.contract_of(c)
         spec = self.spec(contract)
         if not any(e.kind in PRIOR_KINDS for e in spec.entries):
             return {}
@@ -213,7 +223,7 @@ class ProposerRunner:
             askers = [p for p in st.proposers if p.kind in PRIOR_KINDS]
             st.doctor = self._submit(_ask_all, askers, self.context(c, "priors", doctor=doctor),
                                      max(1, spec.max_concurrent))
-            self.engine.progress(f"[{c.id}] asking {len(askers)} proposer(s) for knob priors")
+            self.deps.progress(f"[{c.id}] asking {len(askers)} proposer(s) for knob priors")
             return None
         if not st.doctor.done():
             return None
@@ -223,7 +233,7 @@ class ProposerRunner:
             self._ledger(c, o, "doctor", "priors")
         rows, dropped = merge_priors(contract, outcomes, doctor.reference_peak_mem_gib)
         for o in outcomes:
-            self.engine.progress(f"[{c.id}] proposer {o.proposer}: {'ok' if o.ok else 'failed'}"
+            self.deps.progress(f"[{c.id}] proposer {o.proposer}: {'ok' if o.ok else 'failed'}"
                                  f"{' — ' + o.reason if o.reason else ''}")
         return {"proposer_priors": rows, "proposer_priors_dropped": dropped}
 
@@ -232,7 +242,7 @@ class ProposerRunner:
         """Collect finished requests (recording them; True when the scope changed) and start new ones when the
         search asks for patches.  ``controller`` builds the current search controller (called only when needed).
         Does nothing for a campaign without ``llm``/``agent`` proposers.  Never raises for a proposer's fault."""
-        contract = self.engine.contract(c)
+        contract = self.deps.contract_of(c)
         spec = self.spec(contract)
         if not any(e.kind in PATCH_KINDS for e in spec.entries):
             return False
@@ -243,14 +253,14 @@ class ProposerRunner:
             return False
         from infrarsi.controller.campaign.searchglue import candidate_of
 
-        c = self.engine.store.get_campaign(c.id)
+        c = self.deps.store.get_campaign(c.id)
         ctrl = controller()
 
         busy = [candidate_of(t) for t in live]
         why = ctrl.patch_request(busy)
         if why is None:
             return False
-        rounds = scope_of(self.engine.store.get_campaign(c.id)).proposal_rounds
+        rounds = scope_of(self.deps.store.get_campaign(c.id)).proposal_rounds
         tried = {s for cand, _ in ctrl.history for s in cand.patches}  # measured, not merely running
         stack: tuple[str, ...] = ()
         if why == "stack":
@@ -281,7 +291,7 @@ class ProposerRunner:
             req = _Request(c.id, p.name, kind, why, len(ctrl.history), stack)
             req.future = self._submit(p.propose, ctx)
             st.inflight.append(req)
-            self.engine.progress(f"[{c.id}] asking proposer {p.name} for {kind} ({why})")
+            self.deps.progress(f"[{c.id}] asking proposer {p.name} for {kind} ({why})")
         return False
 
     def _collect(self, c: CampaignRecord, st: _CampaignState) -> bool:
@@ -299,8 +309,8 @@ class ProposerRunner:
         round) in one transaction, so a crash never pays for an answer twice nor keeps one without its cost."""
         from infrarsi.controller.patches.intake import check_patch
 
-        contract = self.engine.contract(c)
-        fresh = self.engine.store.get_campaign(c.id)
+        contract = self.deps.contract_of(c)
+        fresh = self.deps.store.get_campaign(c.id)
         scope = scope_of(fresh)
         patches = dict(scope.patches)
         provenance = dict(scope.patch_provenance)
@@ -343,22 +353,22 @@ class ProposerRunner:
                        "patches": accepted, "refused": refused_now})
         scope = scope.replace(patches=patches, patch_provenance=provenance, refused_patches=refused,
                               proposal_rounds=rounds)
-        record_outcome(self.engine.store, c.id, o, request=req.kind, stage="run", scope=scope.dump())
+        record_outcome(self.deps.store, c.id, o, request=req.kind, stage="run", scope=scope.dump())
         tail = f" — {o.reason}" if o.reason else ""
-        self.engine.progress(f"[{c.id}] proposer {o.proposer} ({req.kind}): {len(accepted)} patch(es) accepted, "
+        self.deps.progress(f"[{c.id}] proposer {o.proposer} ({req.kind}): {len(accepted)} patch(es) accepted, "
                              f"{len(refused_now)} refused{tail}")
 
     def _ledger(self, c: CampaignRecord, o: "ProposerOutcome", stage: str, request: str) -> None:
         """One proposer-ledger row (tokens, USD when priced, wall time, outcome) for one answered request."""
-        record_outcome(self.engine.store, c.id, o, request=request, stage=stage)
+        record_outcome(self.deps.store, c.id, o, request=request, stage=stage)
 
     # ---------------------------------------------------------------- prompt context
     def context(self, c: CampaignRecord, kind: str, *, doctor: Doctor | None = None,
                 ctrl: "SearchController | None" = None, stack: tuple[str, ...] = ()) -> "PromptContext":
         """The frozen :class:`PromptContext` of a request (built from the store's records; no ORM objects)."""
-        c = self.engine.store.get_campaign(c.id)
+        c = self.deps.store.get_campaign(c.id)
         st = self._state(c)
-        return build_context(self.engine, c, kind, st.src, doctor=doctor, stack=stack)
+        return build_context(self.deps.store, self.deps.contract_of(c), c, kind, st.src, doctor=doctor, stack=stack)
 
 
 def _ask_all(askers: list["Proposer"], ctx: "PromptContext", width: int) -> list["ProposerOutcome"]:
@@ -429,7 +439,7 @@ def merge_priors(contract: Contract, outcomes: list["ProposerOutcome"],
 
 
 # ------------------------------------------------------------------------------------------------------ context
-def build_context(engine: "CampaignEngine", c: CampaignRecord, kind: str, src: Path, *,
+def build_context(store: Store, contract: Contract, c: CampaignRecord, kind: str, src: Path, *,
                   doctor: Doctor | None = None, stack: tuple[str, ...] = ()) -> "PromptContext":
     """What a proposer is shown: the contract, the editable files (of the locked commit), the phase breakdown and
     Amdahl ceiling, every ingested search trial (oldest first), every refused or rejected patch with its verdict,
@@ -437,7 +447,6 @@ def build_context(engine: "CampaignEngine", c: CampaignRecord, kind: str, src: P
     from infrarsi.controller.campaign.scope import expand_globs
     from infrarsi.controller.proposers.base import PromptContext, RejectedPatch, TrialSummary, VerifiedPatch
 
-    contract = engine.contract(c)
     scope = scope_of(c)
     doctor = doctor if doctor is not None else doctor_or_none(c)
     editable: dict[str, str] = {}
@@ -457,9 +466,9 @@ def build_context(engine: "CampaignEngine", c: CampaignRecord, kind: str, src: P
         except Exception:  # noqa: BLE001 - a report detail, never a failure
             ceiling = None
     t0 = doctor.t0 if doctor else None
-    obs = engine.store.observations(c.id)
+    obs = store.observations(c.id)
     trials = []
-    done = [t for t in engine.store.list_trials(c.id, stages=["search"]) if t.status == "ingested"]
+    done = [t for t in store.list_trials(c.id, stages=["search"]) if t.status == "ingested"]
     done.sort(key=lambda t: (obs[t.id].id if t.id in obs else 0, t.seq))
     for t in done[-PROMPT_TRIALS:]:
         o = obs.get(t.id)
@@ -493,30 +502,15 @@ def build_context(engine: "CampaignEngine", c: CampaignRecord, kind: str, src: P
                          kind=kind, verified_patches=vp)
 
 
-# ------------------------------------------------------------------------------------------------------ engine glue
-_RUNNERS: "weakref.WeakKeyDictionary[CampaignEngine, ProposerRunner]" = weakref.WeakKeyDictionary()
-
-
-def runner_of(engine: "CampaignEngine") -> ProposerRunner:
-    """The engine's :class:`ProposerRunner` (created on first use; ``engine.proposer_site`` may set a site default
-    for tests and embedded use)."""
-    r = _RUNNERS.get(engine)
-    if r is None:
-        site = getattr(engine, "proposer_site", None)
-        r = ProposerRunner(engine, site, use_site=site is None)
-        _RUNNERS[engine] = r
-    return r
-
-
 # ------------------------------------------------------------------------------------------------------ reporting
-def proposers_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, Any]:
+def proposers_result(store: Store, c: CampaignRecord) -> dict[str, Any]:
     """result.json's ``proposers`` section: the ledger (per request and per proposer, with tokens, USD when priced
     and wall time), every proposed patch with its provenance and fate, and the priors frozen at doctor."""
     scope, doctor = scope_or_none(c) or Scope(commit=""), doctor_or_none(c)
     import dataclasses
 
     requests: list[dict[str, Any]] = []
-    for r in engine.store.proposer_requests(c.id):
+    for r in store.proposer_requests(c.id):
         d = dataclasses.asdict(r)
         requests.append({k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in d.items()})
     by: dict[str, dict[str, Any]] = {}
@@ -535,14 +529,14 @@ def proposers_result(engine: "CampaignEngine", c: CampaignRecord) -> dict[str, A
     provenance = scope.patch_provenance
     refused = scope.refused_patches
     fate: dict[str, dict[str, Any]] = {}
-    for t in engine.store.list_trials(c.id, stages=["search"]):
+    for t in store.list_trials(c.id, stages=["search"]):
         for n in t.patches:
             f = fate.setdefault(n, {"trials": 0, "ok": 0, "rejected": 0, "other": 0, "layers": []})
             f["trials"] += 1
             key = t.outcome if t.outcome in ("ok", "rejected") else "other"
             f[key] += 1
-    obs = engine.store.observations(c.id)
-    for t in engine.store.list_trials(c.id, stages=["search"]):
+    obs = store.observations(c.id)
+    for t in store.list_trials(c.id, stages=["search"]):
         if t.outcome == "rejected" and t.id in obs and obs[t.id].first_failed_layer:
             for n in t.patches:
                 if obs[t.id].first_failed_layer not in fate[n]["layers"]:

@@ -168,7 +168,7 @@ def test_run_asks_for_patches_when_the_upside_is_gone_and_records_provenance_bef
     ctrl = engine.search_for(c)
     assert ctrl.tune["patch_priors"][accepted[0]] == proposing.CLAIM_CAP
     # the report section names the proposer, its cost and the patch's fate
-    result = proposing.proposers_result(engine, c)
+    result = proposing.proposers_result(engine.store, c)
     (stub,) = [b for b in result["by_proposer"] if b["proposer"] == "stub"]
     assert stub["requests"] == len(ledger) and stub["tokens_in"] == 1000 * len(ledger)
     statuses = {p["name"]: p["status"] for p in result["patches"]}
@@ -209,7 +209,7 @@ def test_never_more_requests_in_flight_than_configured(tmp_path: Path) -> None:
         _contract_with(world, f"proposers:\n  max_concurrent: 1\n  entries:\n{entries}")
         engine = world.engine()
         cid = world.campaign(engine).id
-        runner = proposing.runner_of(engine)
+        runner = engine.proposers
         seen = 0
         c = engine.store.get_campaign(cid)
         deadline = time.monotonic() + 300  # the answers come on background threads (0.3 s each): seconds, not ticks
