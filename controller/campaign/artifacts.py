@@ -8,6 +8,9 @@ Everything here is a function of :class:`ReportInputs`: the campaign record with
 trials, observations and cost, the promoted candidate's verdicts, the proposers' section and what the report
 shows of the search's state (:class:`SearchState`).  The engine collects them
 (:meth:`~infrarsi.controller.campaign.engine.CampaignEngine.report_inputs`); nothing here reads the store.
+:func:`build_result` is pure: the two things result.json holds that are not in the inputs, the promoted diff
+(:func:`promoted_diff`, built in a scratch export of the repository) and the finishing time, are passed in by the
+engine's report action.
 """
 
 from __future__ import annotations
@@ -129,9 +132,26 @@ def combined_diff(repo: Path, scope: Scope | dict[str, Any], patches: list[str])
                    *([f"--relative={prefix}"] if prefix else []), scope.commit, "--", env=env)
 
 
-def build_result(inp: ReportInputs) -> dict[str, Any]:
-    """result.json (schema ``infrarsi.result/1``): everything REPORT.md and apply need.  Writes nothing (the
-    promoted diff is built in a scratch export of the locked commit)."""
+def promoted_diff(inp: ReportInputs) -> str:
+    """The promoted candidate's patches as one diff against the locked commit (:func:`combined_diff`: I/O, a scratch
+    export of the repository); ``""`` when nothing was promoted, the candidate has no patches or no scope is
+    locked."""
+    c, scope = inp.campaign, scope_or_none(inp.campaign)
+    cand = (inp.result.promotion or {}).get("candidate")
+    if not cand or scope is None:
+        return ""
+    return combined_diff(Path(c.repo_path), scope, cand["patches"])
+
+
+def finished_now() -> str:
+    """result.json's ``campaign.finished_at``: now, UTC, ISO 8601."""
+    return datetime.now(timezone.utc).isoformat()
+
+
+def build_result(inp: ReportInputs, *, diff: str, finished_at: str) -> dict[str, Any]:
+    """result.json (schema ``infrarsi.result/1``): everything REPORT.md and apply need.  Pure: a function of
+    ``inp``, the promoted candidate's combined ``diff`` (:func:`promoted_diff`) and ``finished_at``
+    (:func:`finished_now`); reads no repository, store or clock and writes nothing."""
     c, contract = inp.campaign, inp.contract
     scope, doctor, res = scope_or_none(c), doctor_or_none(c), inp.result
     ref_full = complete_config(contract, contract.reference_config) or contract.reference_config
@@ -178,7 +198,7 @@ def build_result(inp: ReportInputs) -> dict[str, Any]:
         promoted = {
             "config": full, "changed": _changed(ref_full, full), "patches": cand["patches"],
             "changed_passed": _changed_passed(contract, _changed(ref_full, full)),
-            "diff": combined_diff(Path(c.repo_path), scope, cand["patches"]) if scope else "",
+            "diff": diff,
             "step_time_s": sorted(times)[len(times) // 2] if times else None, "speedup": speedup,
             "verdicts": [v.__dict__ for v in verdicts],
         }
@@ -214,7 +234,7 @@ def build_result(inp: ReportInputs) -> dict[str, Any]:
                      "commit": scope.commit if scope else None,
                      "executor": c.executor, "created_at": c.created_at.isoformat(),
                      "device": "gpu" if on_gpu else "cpu", "sbatch": c.sbatch or {},
-                     "finished_at": datetime.now(timezone.utc).isoformat()},
+                     "finished_at": finished_at},
         "delivered_speedup": speedup,
         # which number delivered_speedup is, and the noise bound its margin came from (docs/verifier.md)
         "speedup_statistic": promo.get("statistic"),
@@ -269,16 +289,16 @@ def pack_yaml(contract: Contract, c: CampaignRecord, result: Mapping[str, Any]) 
     return buf.getvalue()
 
 
-def write_artifacts(inp: ReportInputs, result: Mapping[str, Any] | None = None) -> dict[str, Path]:
-    """Write result.json, pack.yaml, progress.png and REPORT.md from ``result`` (built from ``inp`` when not
-    given) and return their paths.  The experience write-back is the engine's (it writes to the store)."""
+def write_artifacts(inp: ReportInputs, result: Mapping[str, Any]) -> dict[str, Path]:
+    """Write result.json, pack.yaml, progress.png and REPORT.md from ``result`` (:func:`build_result` of ``inp``)
+    and return their paths.  The experience write-back is the engine's (it writes to the store)."""
     from infrarsi.controller.report.markdown import render_report
     from infrarsi.controller.report.plot import plot_progress
 
     c = inp.campaign
     out = report_dir(c)
     out.mkdir(parents=True, exist_ok=True)
-    result = dict(result) if result is not None else build_result(inp)
+    result = dict(result)
     _atomic_write(out / "result.json", json.dumps(result, indent=2, default=str).encode())
     _atomic_write(out / "pack.yaml", pack_yaml(inp.contract, c, result).encode())
     plot_progress(result, out / "progress.png")

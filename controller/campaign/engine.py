@@ -223,6 +223,7 @@ class CampaignEngine:
         """What the artifacts are built from (:class:`~infrarsi.controller.campaign.artifacts.ReportInputs`):
         the campaign's records from the store, the proposers' section and the search's state."""
         from infrarsi.controller.campaign.artifacts import ReportInputs, SearchState
+
         trials = tuple(self.store.list_trials(c.id))
         result = result_of(c)
         cand = (result.promotion or {}).get("candidate")
@@ -242,10 +243,11 @@ class CampaignEngine:
     def write_report(self, c: CampaignRecord) -> dict[str, Path]:
         """Write result.json, pack.yaml, progress.png and REPORT.md (:mod:`~infrarsi.controller.campaign.artifacts`),
         then write verified experience back (:func:`write_experience`); returns the artifacts' paths."""
-        from infrarsi.controller.campaign.artifacts import build_result, write_artifacts
+        from infrarsi.controller.campaign.artifacts import build_result, finished_now, promoted_diff, write_artifacts
 
         inputs = self.report_inputs(c)
-        result = build_result(inputs)
+        # the I/O result.json needs beyond its inputs (a scratch export of the repository, the clock) happens here
+        result = build_result(inputs, diff=promoted_diff(inputs), finished_at=finished_now())
         paths = write_artifacts(inputs, result)
         write_experience(self, c, result)
         return paths

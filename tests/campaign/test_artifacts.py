@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from infrarsi.controller.campaign.artifacts import build_result, report_dir, write_artifacts
+from infrarsi.controller.campaign.artifacts import build_result, promoted_diff, report_dir, write_artifacts
 from tests.campaign.engine_world import make_world, run_until
 
 
@@ -74,7 +74,8 @@ def test_pack_report_and_experience(done) -> None:
     assert search["2"] == pytest.approx(math.log(2), abs=0.05)
     assert not any(e.knob == "accum" for e in effects)
     # the promoted candidate changes two searched knobs (speed, chunk): no single-knob re-run effect
-    assert sorted(k for k in build_result(eng.report_inputs(c))["promoted"]["changed"] if k != "accum") == ["chunk", "speed"]
+    promoted = build_result(eng.report_inputs(c), diff="", finished_at="now")["promoted"]
+    assert sorted(k for k in promoted["changed"] if k != "accum") == ["chunk", "speed"]
     assert [e for e in effects if e.tier == "verified-rerun"] == []
     obs = eng.store.experience_observations(campaign_id=c.id)
     trials = [t for t in eng.store.list_trials(c.id) if t.stage in ("reference", "search")]
@@ -89,10 +90,60 @@ def test_build_result_is_pure_and_rewrite_is_atomic(done) -> None:
     eng, c = done
     c = eng.store.get_campaign(c.id)
     n_exp = len(eng.store.effects())
-    before = build_result(eng.report_inputs(c))
+    before = build_result(eng.report_inputs(c), diff="", finished_at="2026-12-01T00:00:00+00:00")
     assert len(eng.store.effects()) == n_exp  # building writes nothing
-    paths = write_artifacts(eng.report_inputs(c))
+    paths = write_artifacts(eng.report_inputs(c), before)
     assert set(paths) == {"dir", "report", "result", "pack", "plot"}
     assert not list(paths["dir"].glob("*.tmp*"))  # no half-written file left behind
     after = json.loads(paths["result"].read_text())
     assert after["trials"] == json.loads(json.dumps(before["trials"], default=str))
+    assert after["campaign"]["finished_at"] == "2026-12-01T00:00:00+00:00"
+
+
+def test_build_result_is_a_function_of_its_inputs_the_diff_and_the_time(done) -> None:
+    from dataclasses import replace
+
+    eng, c = done
+    inp = eng.report_inputs(eng.store.get_campaign(c.id))
+    # no repository behind it: building reads no repo (the diff is passed in), no store and no clock
+    gone = replace(inp, campaign=replace(inp.campaign, repo_path="/nonexistent/repo"))
+    one = build_result(gone, diff="DIFF", finished_at="T1")
+    assert one == build_result(gone, diff="DIFF", finished_at="T1")  # the same inputs, the same result
+    assert one["promoted"]["diff"] == "DIFF" and one["campaign"]["finished_at"] == "T1"
+    two = build_result(gone, diff="", finished_at="T2")
+    assert {k: v for k, v in two.items() if k not in ("campaign", "promoted")} == \
+        {k: v for k, v in one.items() if k not in ("campaign", "promoted")}
+    # the toy's promoted candidate has no patches: its diff is empty (the engine passes promoted_diff's)
+    assert one["promoted"]["patches"] == [] and promoted_diff(inp) == ""
+    written = json.loads((report_dir(c) / "result.json").read_text())
+    assert written["promoted"]["diff"] == "" and written["campaign"]["finished_at"]
+
+
+def test_promoted_diff_is_empty_without_a_promotion(done) -> None:
+    from dataclasses import replace
+
+    eng, c = done
+    inp = eng.report_inputs(eng.store.get_campaign(c.id))
+    none = replace(inp, result=inp.result.replace(promotion=None))
+    assert promoted_diff(none) == ""
+    assert build_result(none, diff="", finished_at="T")["promoted"] is None
+
+
+def test_promoted_diff_of_a_promoted_patch(done, tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from tests.campaign.stub_llm import edit_diff
+
+    eng, c = done
+    inp = eng.report_inputs(eng.store.get_campaign(c.id))
+    repo = Path(inp.campaign.repo_path)
+    old = (repo / "train.py").read_text()
+    diff = edit_diff(str(repo / "train.py"), old, old.replace("import argparse\n", "import argparse  # x\n", 1),
+                     "train.py")
+    promo = dict(inp.result.promotion)
+    promo["candidate"] = {**promo["candidate"], "patches": ["p.diff"]}
+    camp = replace(inp.campaign, scope={**inp.campaign.scope, "patches": {"p.diff": diff}})
+    patched = replace(inp, campaign=camp, result=inp.result.replace(promotion=promo))
+    got = promoted_diff(patched)
+    assert "+import argparse  # x" in got and "a/train.py" in got
+    assert build_result(patched, diff=got, finished_at="T")["promoted"]["diff"] == got
