@@ -305,11 +305,3 @@ def write_artifacts(inp: ReportInputs, result: Mapping[str, Any]) -> dict[str, P
     _atomic_write(out / "REPORT.md", render_report(result).encode())
     return {"dir": out, "report": out / "REPORT.md", "result": out / "result.json", "pack": out / "pack.yaml",
             "plot": out / "progress.png"}
-
-
-def _write_experience(engine: Any, c: CampaignRecord, result: Mapping[str, Any]) -> None:
-    """The old name of :func:`infrarsi.controller.campaign.engine.write_experience` (the write-back is the
-    engine's now; ``tests/experience/test_writeback.py`` still calls it here)."""
-    from infrarsi.controller.campaign.engine import write_experience
-
-    write_experience(engine, c, result)
