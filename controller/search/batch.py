@@ -31,6 +31,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: p(fit) below which a start is hedged against an OOM first
 SAFE_FIT = 0.8
+#: a crash hedge may fit this much less likely than its start (the switch of an aggressive setting that also
+#: saves a little memory, e.g. FP8 off, is still a hedge; one that costs much memory, e.g. fp32, is not)
+FIT_SLACK = 0.1
 #: a setting is hedged against a crash or rejection only when its prior |effect| is this many gates
 AGGRESSIVE = 2.0
 #: the start (index) after whose hedges, with anything busy, the contrarian probe comes
@@ -50,7 +53,9 @@ def hedges_of(ctrl: "SearchView | SearchController", start: Candidate, limit: in
       order), each switched to the knob's best other value by posterior mean (the reference last), as
       the conflict revert does, only for settings whose prior |effect| is at least :data:`AGGRESSIVE`
       gates (a space of mild levers has no prime suspect, and a hedge would only displace a trust-region
-      pick); these must fit at least as likely as ``start`` (up to :data:`SAFE_FIT`).
+      pick); these must fit about as likely as ``start`` (up to :data:`SAFE_FIT`, less at most
+      :data:`FIT_SLACK`: switching off an aggressive setting that saves a little memory, FP8 say, is still a
+      crash hedge).
     * A start that risks both (a memory-safe hedge exists, and the first crash hedge still fits with
       p < :data:`SAFE_FIT`, so it inherits the start's OOM risk) gets the *double* hedge in the memory-safe
       hedge's place: the first crash hedge's switch on top of the memory-safe one (:func:`_on_safe`).  It
@@ -90,7 +95,7 @@ def hedges_of(ctrl: "SearchView | SearchController", start: Candidate, limit: in
         setting = next(x for x in start.settings(view.space) if x[0] == knob.name)
         if abs(view.risk(setting)) < AGGRESSIVE * view.gate:
             break  # settings by falling risk: the rest are too mild to be a failure's prime suspect
-        if knob.name in done or p < min(p_start, SAFE_FIT):
+        if knob.name in done or p < min(p_start, SAFE_FIT) - FIT_SLACK:
             continue
         done.add(knob.name)
         crash.append((alt, p))
