@@ -6,10 +6,11 @@ States: ``init -> doctor -> run -> verify -> report -> done`` (or ``failed`` / `
 1. **reconcile** through the :class:`~infrarsi.controller.campaign.launcher.TrialLauncher` (one batched poll for
    the campaign's live trials, interrupted intents adopted or launched, finished trials ingested);
 2. **snapshot** (:meth:`CampaignEngine.snapshot`): the campaign record and what its state reads from the store
-   (:data:`~infrarsi.controller.campaign.states.NEEDS`), plus the I/O a decision needs first (init's scope lock,
-   run's proposer step);
+   (:data:`~infrarsi.controller.campaign.states.NEEDS`), plus what a decision reads first (run's proposer step,
+   where doctor's prior requests stand);
 3. **decide and apply**: the state function (:mod:`infrarsi.controller.campaign.states`) returns actions, which
-   :meth:`CampaignEngine.apply` carries out in order through the store and the launcher.
+   :meth:`CampaignEngine.apply` carries out in order through the store, the launcher and the proposers (init's
+   scope lock, doctor's prior requests and experience retrieval are I/O carried by actions).
 
 Crash safety lives in the launcher: a launch is stored as an ``intent`` before the executor is called and as
 ``submitted`` with the job id after; a restart that finds an ``intent`` asks the executor to adopt a job already
@@ -148,8 +149,9 @@ class CampaignEngine:
 
     # ------------------------------------------------------------------ snapshot
     def snapshot(self, c: CampaignRecord) -> states.Snapshot:
-        """What the state of ``c`` decides on: the store reads it needs, then the I/O that must precede the
-        decision (init: the scope lock; run: the proposers' step, which may record patches in the scope)."""
+        """What the state of ``c`` decides on: the store reads it needs, then what must precede the decision
+        (doctor, once every reference is in: where the proposers' prior requests stand; run: the proposers' step,
+        which may record patches in the scope)."""
         contract = self.contract(c)
         need = states.NEEDS.get(c.state, frozenset())
         snap = states.Snapshot(
@@ -159,8 +161,8 @@ class CampaignEngine:
             cost_by_stage=tuple(self.store.cost_by_stage(c.id)) if "cost" in need else (),
             capacity=self.launcher.capacity(c) if "capacity" in need else None,
         )
-        if c.state == "init":
-            snap = replace(snap, scope_lock=states.lock_scope_for(c, contract, self.settings))
+        if c.state == "doctor" and states.references_done(snap):
+            snap = replace(snap, proposer_priors=self.proposers.priors_status(c))
         elif c.state == "run" and states.search_open(snap):
             runner = self.proposers  # patches asked of llm/agent proposers (campaign/proposing.py)
             live = [t for t in snap.stage("search") if t.live]
@@ -174,6 +176,12 @@ class CampaignEngine:
         """Carry out one action of ``c``'s state function (see :mod:`infrarsi.controller.campaign.states`)."""
         if isinstance(action, states.Launch):
             self.launcher.new_trial(c, action.stage, action.candidate, group_key=action.group_key)
+        elif isinstance(action, states.LockScope):
+            scope = states.lock_scope_for(c, self.contract(c), self.settings)  # hashes the repository
+            for then in states.scope_locked(c, scope):
+                self.apply(c, then)
+        elif isinstance(action, states.AskPriors):
+            self.proposers.ask_priors(c, action.record)  # in the background: the state waits for the answers
         elif isinstance(action, states.Record):
             self.store.update_campaign(c.id, result=action.result.dump())
         elif isinstance(action, states.Advance):
@@ -189,9 +197,11 @@ class CampaignEngine:
                 self.progress(action.message)
         elif isinstance(action, states.CompleteDoctor):
             record = action.record
-            priors = self.proposers.doctor_priors(c, record)  # None: answers still coming
-            if priors is None:
-                return  # the state function asks again next tick; nothing was stored
+            priors: dict[str, Any] | None = {}
+            if action.collect_priors:  # every answer is in (the snapshot said so): booked in the ledger now
+                priors = self.proposers.collect_priors(c, record)
+                if priors is None:  # pragma: no cover - nothing to collect after all: the state decides again
+                    return
             # retrieval once, when the record is stored (the proposers' prompt does not read it)
             record = record.replace(**self._experience_snapshot(c, self.contract(c), record.header_extra))
             record = record.replace(**priors)  # frozen priors

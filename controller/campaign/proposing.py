@@ -2,9 +2,10 @@
 
 Three moments:
 
-* ``doctor``: every ``catalog`` and ``llm`` proposer is asked for knob priors (:meth:`ProposerRunner.doctor_priors`,
-  in the background: the engine's tick never waits for a model, so one slow endpoint does not stall the daemon's
-  other campaigns; the campaign stays in ``doctor`` until every answer is in).  The merged
+* ``doctor``: every ``catalog`` and ``llm`` proposer is asked for knob priors (:meth:`ProposerRunner.ask_priors`
+  when the doctor state says so, by :meth:`ProposerRunner.priors_status`; :meth:`ProposerRunner.collect_priors`
+  books the answers), in the background: the engine's tick never waits for a model, so one slow endpoint does not
+  stall the daemon's other campaigns; the campaign stays in ``doctor`` until every answer is in.  The merged
   priors are frozen into the doctor record (``proposer_priors``), so a replayed search sees exactly what the first
   one saw; :func:`infrarsi.controller.campaign.searchglue.search_space` puts them where the contract's own priors
   go (flooring ``max(sigma_min, 0.5 |mu|)`` and the empirical-Bayes revision then apply).
@@ -206,27 +207,40 @@ class ProposerRunner:
                 self._pool = None
 
     # ---------------------------------------------------------------- doctor
-    def doctor_priors(self, c: CampaignRecord, doctor: Doctor) -> dict[str, Any] | None:
-        """The doctor-record keys ``proposer_priors`` (merged rows) and ``proposer_priors_dropped`` (one line per
-        prior that named no searched knob value), or None while the answers are still coming.
-
-        The first call asks every prior-giving proposer in a background job (at most ``max_concurrent`` at once)
-        and returns None; a later call (the next tick) that finds every answer in records each request in the
-        ledger and returns the merged priors.  ``{}`` at once for a campaign without such proposers.  Never
-        raises for a proposer's fault (``Proposer.propose`` is guarded)."""
-        contract = self.deps.contract_of(c)
-        spec = self.spec(contract)
+    def priors_status(self, c: CampaignRecord) -> str:
+        """Where the doctor's prior requests of ``c`` stand, for the doctor state to decide on: ``"none"`` (no
+        prior-giving proposer: nothing to ask), ``"unasked"`` (not asked in this process), ``"pending"`` (answers
+        still coming) or ``"ready"`` (every answer in, not booked yet).  Starts nothing and reads no store."""
+        spec = self.spec(self.deps.contract_of(c))
         if not any(e.kind in PRIOR_KINDS for e in spec.entries):
-            return {}
+            return "none"
+        st = self._campaigns.get(c.id)
+        if st is None or st.doctor is None:
+            return "unasked"
+        return "ready" if st.doctor.done() else "pending"
+
+    def ask_priors(self, c: CampaignRecord, doctor: Doctor) -> None:
+        """Ask every prior-giving proposer for knob priors in one background job (at most ``max_concurrent``
+        requests at once); nothing when they were asked already or there are none."""
+        spec = self.spec(self.deps.contract_of(c))
+        if not any(e.kind in PRIOR_KINDS for e in spec.entries):
+            return
         st = self._state(c)
-        if st.doctor is None:
-            askers = [p for p in st.proposers if p.kind in PRIOR_KINDS]
-            st.doctor = self._submit(_ask_all, askers, self.context(c, "priors", doctor=doctor),
-                                     max(1, spec.max_concurrent))
-            self.deps.progress(f"[{c.id}] asking {len(askers)} proposer(s) for knob priors")
+        if st.doctor is not None:
+            return
+        askers = [p for p in st.proposers if p.kind in PRIOR_KINDS]
+        st.doctor = self._submit(_ask_all, askers, self.context(c, "priors", doctor=doctor),
+                                 max(1, spec.max_concurrent))
+        self.deps.progress(f"[{c.id}] asking {len(askers)} proposer(s) for knob priors")
+
+    def collect_priors(self, c: CampaignRecord, doctor: Doctor) -> dict[str, Any] | None:
+        """Once every answer is in (:meth:`priors_status` ``"ready"``): record each request in the ledger and
+        return the doctor-record keys ``proposer_priors`` (merged rows) and ``proposer_priors_dropped`` (one line
+        per prior that named no searched knob value).  None while answers are still coming or nothing was asked."""
+        st = self._campaigns.get(c.id)
+        if st is None or st.doctor is None or not st.doctor.done():
             return None
-        if not st.doctor.done():
-            return None
+        contract = self.deps.contract_of(c)
         outcomes: list[ProposerOutcome] = st.doctor.result()
         st.doctor = None
         for o in outcomes:
@@ -234,8 +248,21 @@ class ProposerRunner:
         rows, dropped = merge_priors(contract, outcomes, doctor.reference_peak_mem_gib)
         for o in outcomes:
             self.deps.progress(f"[{c.id}] proposer {o.proposer}: {'ok' if o.ok else 'failed'}"
-                                 f"{' — ' + o.reason if o.reason else ''}")
+                               f"{' — ' + o.reason if o.reason else ''}")
         return {"proposer_priors": rows, "proposer_priors_dropped": dropped}
+
+    def doctor_priors(self, c: CampaignRecord, doctor: Doctor) -> dict[str, Any] | None:
+        """:meth:`priors_status`, :meth:`ask_priors` and :meth:`collect_priors` in one call (what the doctor state
+        decides, for callers without a state machine): ``{}`` at once for a campaign without prior-giving
+        proposers; the first call asks and returns None; None while the answers are coming; then the merged
+        priors.  Never raises for a proposer's fault (``Proposer.propose`` is guarded)."""
+        status = self.priors_status(c)
+        if status == "none":
+            return {}
+        if status == "unasked":
+            self.ask_priors(c, doctor)
+            return None
+        return self.collect_priors(c, doctor) if status == "ready" else None
 
     # ---------------------------------------------------------------- run
     def step(self, c: CampaignRecord, controller: "Callable[[], SearchController]", live: list[TrialRecord]) -> bool:
@@ -356,7 +383,7 @@ class ProposerRunner:
         record_outcome(self.deps.store, c.id, o, request=req.kind, stage="run", scope=scope.dump())
         tail = f" — {o.reason}" if o.reason else ""
         self.deps.progress(f"[{c.id}] proposer {o.proposer} ({req.kind}): {len(accepted)} patch(es) accepted, "
-                             f"{len(refused_now)} refused{tail}")
+                               f"{len(refused_now)} refused{tail}")
 
     def _ledger(self, c: CampaignRecord, o: "ProposerOutcome", stage: str, request: str) -> None:
         """One proposer-ledger row (tokens, USD when priced, wall time, outcome) for one answered request."""

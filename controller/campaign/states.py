@@ -7,15 +7,19 @@ Contract:
   and returns a list of actions.  It never writes to the store, calls an executor or a
   proposer, and returns the same actions for the same snapshot.  The search controller it needs is rebuilt from
   the snapshot (:meth:`Snapshot.build_search`, a pure replay, fresh on every call like the engine's).
-* I/O a decision needs is read into the snapshot first by the engine: the scope lock for ``init``
-  (:func:`lock_scope_for`: hashes the repository, locks the inputs manifest in the workdir), the proposers'
-  step for ``run`` (answers recorded in the scope before the state reads it; :attr:`Snapshot.proposers_busy`).
-* Actions are applied by the engine, in order, through the store and the launcher: :class:`Launch` (a trial,
-  intent first; dropped while the launcher is paused), :class:`Record` (a stage record, no state change),
-  :class:`Advance` (the next state with its stage record), :class:`CompleteDoctor` (the doctor record once the
-  engine froze retrieved experience and the proposers' priors into it: both are I/O), :class:`WriteReport`
-  (result.json, pack.yaml, REPORT.md, experience write-back), :class:`Note` (a progress line) and :class:`Fail`.
-  An empty list means "wait" (trials are still running).
+* What a decision reads beyond the store is read into the snapshot first by the engine: the proposers' step for
+  ``run`` (answers recorded in the scope before the state reads it; :attr:`Snapshot.proposers_busy`), and for
+  ``doctor`` where its prior requests stand (:attr:`Snapshot.proposer_priors`, once every reference is in).
+* The decisions are the state's; the I/O they need is carried by an action.  Actions are applied by the engine,
+  in order, through the store, the launcher and the proposers: :class:`Launch` (a trial, intent first; dropped
+  while the launcher is paused), :class:`LockScope` (init: hash the repository, run the patch intake, lock the
+  inputs manifest in the workdir with :func:`lock_scope_for`, then apply :func:`scope_locked`'s actions),
+  :class:`Record` (a stage record, no state change), :class:`Advance` (the next state with its stage record),
+  :class:`AskPriors` (doctor: ask the prior-giving proposers, in the background), :class:`CompleteDoctor` (the
+  doctor record once the engine froze retrieved experience and, when the state says they are in, the booked
+  proposers' priors into it), :class:`WriteReport` (result.json, pack.yaml, REPORT.md, experience write-back),
+  :class:`Note` (a progress line) and :class:`Fail`.  An empty list means "wait" (trials are still running, or
+  the proposers' answers are still coming).
 * A problem with the campaign itself raises :class:`~infrarsi.controller.errors.InfrarsiError` or returns
   :class:`Fail`; the engine fails the campaign with the one-line message either way.
 """
@@ -54,8 +58,10 @@ class Snapshot:
     observations: Mapping[int, ObservationRecord] = field(default_factory=lambda: MappingProxyType({}))
     cost_by_stage: tuple[Mapping[str, Any], ...] = ()
     capacity: Capacity | None = None
-    #: init: the scope as locked from the repository (:func:`lock_scope_for`); None when the digest mismatched
-    scope_lock: Scope | None = None
+    #: doctor, once every reference is in: where the proposers' prior requests stand
+    #: (:meth:`~infrarsi.controller.campaign.proposing.ProposerRunner.priors_status`): ``"none"`` (nothing to ask),
+    #: ``"unasked"``, ``"pending"`` or ``"ready"``
+    proposer_priors: str = "none"
     #: run: whether a proposer request is still in flight after the proposers' step
     proposers_busy: bool = False
 
@@ -97,6 +103,18 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class LockScope:
+    """init: lock the scope from the repository (:func:`lock_scope_for`), then apply :func:`scope_locked`."""
+
+
+@dataclass(frozen=True)
+class AskPriors:
+    """doctor: ask the prior-giving proposers for knob priors (in the background), shown ``record``."""
+
+    record: Doctor
+
+
+@dataclass(frozen=True)
 class Record:
     """Store ``result`` (the run/verify stage record) without a state change."""
 
@@ -117,10 +135,12 @@ class Advance:
 
 @dataclass(frozen=True)
 class CompleteDoctor:
-    """Freeze retrieved experience and the proposers' priors into ``record``, store it and advance to run."""
+    """Freeze retrieved experience (and, with ``collect_priors``, the proposers' answers, booked in the ledger now)
+    into ``record``, store it and advance to run."""
 
     record: Doctor
     message: str
+    collect_priors: bool = False
 
 
 @dataclass(frozen=True)
@@ -142,7 +162,7 @@ class Fail:
     reason: str
 
 
-Action = Union[Launch, Record, Advance, CompleteDoctor, WriteReport, Note, Fail]
+Action = Union[Launch, LockScope, Record, Advance, AskPriors, CompleteDoctor, WriteReport, Note, Fail]
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
@@ -159,17 +179,15 @@ def reference_candidate(contract: Contract) -> Candidate:
     return Candidate.from_dict(searchglue.free_config(contract, contract.reference_config))
 
 
-def lock_scope_for(c: CampaignRecord, contract: Contract, settings: Any) -> Scope | None:
-    """``init``'s I/O, read before deciding: lock the scope (frozen-file hashes, patch intake, judge spec, the
-    inputs manifest written into the workdir) and create the workdir.  None when the contract's digest does not
-    match the submitted one (:func:`init` then fails the campaign without touching the repository)."""
+def lock_scope_for(c: CampaignRecord, contract: Contract, settings: Any) -> Scope:
+    """``init``'s I/O, carried by :class:`LockScope` once :func:`init` checked the contract's digest: lock the scope
+    (frozen-file hashes, patch intake, judge spec, the inputs manifest written into the workdir) and create the
+    workdir."""
     from infrarsi.controller.campaign.inputs import lock_scope_inputs
     from infrarsi.controller.campaign.scope import lock_scope
     from infrarsi.controller.campaign.trialspec import judge_spec_dict
 
     digest = contract_digest(contract)
-    if digest != c.contract_digest:
-        return None
     scope = Scope(**lock_scope(Path(c.repo_path), contract, digest))
     scope = scope.replace(judge_spec=judge_spec_dict(contract, scope))
     scope = scope.replace(inputs=lock_scope_inputs(Path(c.repo_path), contract, scope, Path(c.workdir), settings))
@@ -179,12 +197,16 @@ def lock_scope_for(c: CampaignRecord, contract: Contract, settings: Any) -> Scop
 
 # ---------------------------------------------------------------------------------------------------- states
 def init(s: Snapshot) -> list[Action]:
-    """Refuse a changed contract, else advance to doctor with the locked scope."""
+    """Refuse a changed contract (without reading the repository), else lock the scope."""
     c = s.campaign
-    if s.scope_lock is None:
-        digest = contract_digest(s.contract)
+    digest = contract_digest(s.contract)
+    if digest != c.contract_digest:
         return [Fail(f"contract digest {digest[:12]} does not match the submitted {c.contract_digest[:12]}")]
-    scope = s.scope_lock
+    return [LockScope()]
+
+
+def scope_locked(c: CampaignRecord, scope: Scope) -> list[Action]:
+    """After :class:`LockScope`: advance to doctor with the locked ``scope``, one note per refused patch."""
     refused = scope.refused_patches
     msg = (f"[{c.id}] init: locked {len(scope.frozen)} frozen and {len(scope.editable)} editable "
            f"files at {scope.commit[:10]}; {len(scope.patches)} patches accepted, {len(refused)} refused")
@@ -192,15 +214,23 @@ def init(s: Snapshot) -> list[Action]:
                                                             for why in refused.values())]
 
 
+def references_done(s: Snapshot) -> bool:
+    """Whether every reference run of the doctor was launched and ingested: the engine reads where the proposers'
+    prior requests stand (:attr:`Snapshot.proposer_priors`) only then."""
+    refs = s.stage("reference")
+    return len(refs) >= s.contract.verification.reference_repeats and all(t.status == "ingested" for t in refs)
+
+
 def doctor(s: Snapshot) -> list[Action]:
-    """Launch the missing reference runs; once all are ingested calibrate the noise and the reference."""
+    """Launch the missing reference runs; once all are ingested calibrate the noise and the reference, ask the
+    prior-giving proposers (if any) and complete once their answers are in."""
     c, contract = s.campaign, s.contract
     refs = s.stage("reference")
     need = contract.verification.reference_repeats
     if len(refs) < need:
         return [Launch("reference", reference_candidate(contract))
                 for _ in range(min(need - len(refs), s.slots(need)))]
-    if any(t.status != "ingested" for t in refs):
+    if not references_done(s):
         return []
     ok = [t for t in refs if t.outcome == "ok"]
     if len(ok) < 2:
@@ -227,7 +257,11 @@ def doctor(s: Snapshot) -> list[Action]:
     )
     msg = (f"[{c.id}] doctor: reference {record.t0 * 1000:.1f} ms/update, sigma_pair {noise.sigma_pair:.4f}, "
            f"promotion margin {noise.promotion_margin * 100:.2f}%")
-    return [CompleteDoctor(record, msg)]
+    if s.proposer_priors == "unasked":
+        return [AskPriors(record)]
+    if s.proposer_priors == "pending":
+        return []  # the answers come on a background thread; asked again next tick
+    return [CompleteDoctor(record, msg, collect_priors=s.proposer_priors == "ready")]
 
 
 def search_open(s: Snapshot) -> bool:

@@ -59,11 +59,19 @@ def test_a_runner_built_from_deps_alone_asks_for_priors_and_books_them(tmp_path:
     deps = proposing.ProposerDeps(store=eng.store, contract_of=contracts.contract, progress=said.append)
     runner = proposing.ProposerRunner(deps, ProposersSpec.model_validate([{"kind": "catalog"}]))
     doctor = doctor_of(c)
-    assert runner.doctor_priors(c, doctor) is None  # asked in the background
+    bare = proposing.ProposerRunner(deps, ProposersSpec(entries=[]))
+    assert bare.priors_status(c) == "none" and bare.doctor_priors(c, doctor) == {}
+    assert runner.priors_status(c) == "unasked" and runner.collect_priors(c, doctor) is None
+    assert eng.store.proposer_requests(c.id) == []  # a status read asks nobody and books nothing
+    runner.ask_priors(c, doctor)  # in the background
+    runner.ask_priors(c, doctor)  # asked once
     deadline = time.monotonic() + 30
-    while (priors := runner.doctor_priors(c, doctor)) is None:
+    while runner.priors_status(c) == "pending":
         assert time.monotonic() < deadline
         time.sleep(0.01)
+    assert runner.priors_status(c) == "ready" and eng.store.proposer_requests(c.id) == []
+    priors = runner.collect_priors(c, doctor)
+    assert priors is not None and runner.priors_status(c) == "unasked"
     assert set(priors) == {"proposer_priors", "proposer_priors_dropped"}
     assert [(r.stage, r.request, r.outcome) for r in eng.store.proposer_requests(c.id)] == [
         ("doctor", "priors", "ok")]

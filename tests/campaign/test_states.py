@@ -80,9 +80,13 @@ def doctored() -> Doctor:
 
 
 # ------------------------------------------------------------------------------------------------ init
+def test_init_locks_the_scope_when_the_contract_is_unchanged() -> None:
+    assert states.decide(snap(campaign("init", scope=None))) == [states.LockScope()]
+
+
 def test_init_advances_with_the_locked_scope_and_notes_refused_patches() -> None:
     lock = SCOPE.replace(refused_patches={"bad.diff": "bad.diff: binary patch"}, frozen={"infrarsi.yaml": "0" * 64})
-    actions = states.decide(snap(campaign("init", scope=None), scope_lock=lock))
+    actions = states.scope_locked(campaign("init", scope=None), lock)
     assert actions[0] == states.Advance("doctor", scope=lock, message=actions[0].message)
     assert "locked 1 frozen and 1 editable files at cccccccccc; 0 patches accepted, 1 refused" in actions[0].message
     assert actions[1:] == [states.Note("[7] patch refused: bad.diff: binary patch")]
@@ -90,8 +94,7 @@ def test_init_advances_with_the_locked_scope_and_notes_refused_patches() -> None
 
 def test_init_fails_a_changed_contract_without_locking() -> None:
     c = campaign("init", scope=None, contract_digest="f" * 64)
-    assert states.lock_scope_for(c, CONTRACT, settings=None) is None  # the repository is never read
-    (fail,) = states.decide(snap(c))
+    (fail,) = states.decide(snap(c))  # no LockScope: the repository is never read
     assert isinstance(fail, states.Fail) and fail.reason.endswith("does not match the submitted ffffffffffff")
 
 
@@ -131,6 +134,24 @@ def test_doctor_calibrates_from_the_reference_observations() -> None:
     assert r.reference_peak_mem_gib == 3.0 and r.header_extra == {"flops_per_token": 7.0}
     assert r.experience is None or r.experience == []  # frozen by the engine when it applies the action
     assert done.message.startswith("[7] doctor: reference 81.0 ms/update, sigma_pair ")
+
+
+
+def test_doctor_asks_the_proposers_for_priors_and_waits_for_their_answers() -> None:
+    refs = [trial(1, "reference"), trial(2, "reference")]
+    s = snap(campaign("doctor"), refs, [obs(1, T0), obs(2, T0 * 1.002)])
+    assert states.references_done(s)
+    assert not states.references_done(snap(campaign("doctor"), refs[:1], [obs(1, T0)]))
+    (plain,) = states.decide(s)  # no prior-giving proposer: complete at once, nothing to collect
+    assert isinstance(plain, states.CompleteDoctor) and not plain.collect_priors
+    (ask,) = states.decide(replace(s, proposer_priors="unasked"))
+    assert ask == states.AskPriors(plain.record)  # the prompt is built from the record the doctor made
+    assert states.decide(replace(s, proposer_priors="pending")) == []  # answers still coming: wait
+    (ready,) = states.decide(replace(s, proposer_priors="ready"))
+    assert ready == states.CompleteDoctor(plain.record, plain.message, collect_priors=True)
+    # a failed reference fails the campaign whatever the proposers do
+    bad = snap(campaign("doctor"), [trial(1, "reference", outcome="crash", reason="x"), refs[1]], [obs(2, T0)])
+    assert isinstance(states.decide(replace(bad, proposer_priors="pending"))[0], states.Fail)
 
 
 # ------------------------------------------------------------------------------------------------ run
