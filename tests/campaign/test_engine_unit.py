@@ -162,3 +162,25 @@ def test_restart_adopts_an_intent_trial_or_submits_it_once(world: World, dies: t
     keys = [t.trial_key for t in eng2.store.list_trials(c.id)]
     assert sorted(world.cluster.ran) == sorted(keys)  # every trial ran exactly once
 
+
+
+def test_init_locks_the_scope_when_its_action_is_applied(world: World) -> None:
+    eng = world.engine()
+    c = world.campaign(eng)
+    c = eng.tick(c.id)  # one tick: LockScope applied, then scope_locked's Advance
+    assert c.state == "doctor" and c.scope["commit"] and c.scope["frozen"]
+    assert any("init: locked 1 frozen and 1 editable files" in ln for ln in world.log)
+
+
+def test_doctor_asks_for_priors_then_completes_once_they_are_booked(world: World) -> None:
+    from infrarsi.controller.proposers.spec import ProposersSpec
+
+    eng = world.engine()
+    eng.proposer_site = ProposersSpec.model_validate([{"kind": "catalog"}])
+    cid = world.campaign(eng).id
+    c = run_until(eng, cid, lambda c: any("for knob priors" in ln for ln in world.log))
+    assert c.state == "doctor" and eng.store.proposer_requests(cid) == []  # asked, nothing booked yet
+    c = run_until(eng, cid, lambda c: c.state != "doctor", seconds=30)
+    assert c.state == "run" and c.doctor["proposer_priors"] == []
+    assert [(r.stage, r.request) for r in eng.store.proposer_requests(cid)] == [("doctor", "priors")]
+    assert eng.proposers.priors_status(c) == "unasked"  # collected: nothing held in flight
