@@ -367,7 +367,12 @@ def setting_priors(retrieved: Sequence[Retrieved], base: Mapping[tuple[str, Any]
             mean, sd = _pool([r.effect.log_speedup for r in speed], [record_sd(r) for r in speed])
             row["log_speedup"], row["prior_sd"] = combine(m0, s0, mean, sd)
         row.update({"records": len(rs), "coverage": rs[0].coverage, "distance": min(r.distance for r in rs)})
-        mem = [r for r in rs if r.effect.mem_delta_gib is not None]
+        # memory deltas measured against the reference state only: a paired delta measured on top of other
+        # settings (its conditioning) is that delta under them, and memory is not additive (activations per
+        # micro-batch are divided by TP/EP and shrunk by flash or recompute), so such a delta says little about
+        # the target's reference (a micro-batch measured beside TP2 and EP8 on a larger GPU looks three times
+        # cheaper than it is); those settings keep their own memory prior
+        mem = [r for r in rs if r.effect.mem_delta_gib is not None and not r.effect.conditioning]
         if mem:
             sds = [math.sqrt(1.0 + (TAU_MEM_DISTANCE * r.distance) ** 2
                              + (TAU_MEM_PARTIAL ** 2 if r.coverage == "partial" else 0.0)) for r in mem]
@@ -384,12 +389,15 @@ def _obs_ok(o: Observation) -> bool:
 
 
 def _obs_scope(o: Observation, env: Environment | None, target: Environment, mode: Mode,
-               mechanism: str) -> Coverage:
+               mechanism: str, software: bool = False) -> Coverage:
+    """An observation's coverage of one mechanism; ``software``: for a crash conflict, where a hardware-bound
+    kernel mechanism (FP8) is scoped like any kernel mechanism (whether FP8 *helps* depends on the SKU,
+    whether it crashes beside another kernel does not)."""
     if mode == "all":
         return "covered"
     if env is None:
         return "partial"
-    return scope(env, target, mechanism_class(mechanism), mechanism)
+    return scope(env, target, mechanism_class(mechanism), None if software else mechanism)
 
 
 def first_start(observations: Iterable[Observation], environments: Mapping[str, Environment],
@@ -451,8 +459,10 @@ def conflicts(observations: Iterable[Observation], environments: Mapping[str, En
     """Known conflicts for the search: ``{"conflict": [[knob, value], ...]}`` per minimal conflict tuple that maps
     onto target settings (every (mechanism, canonical value) onto a non-reference value of a target knob).
 
-    ``filtered``: only from observations that cover every mechanism of the tuple; a conflict of an observation that
-    ran out of memory only when the target has no more memory per GPU than the record's environment."""
+    ``filtered``: only from observations that cover every mechanism of the tuple (for a crash, FP8 counts as an
+    ordinary kernel mechanism: the crash of a kernel combination is the software's, not the SKU's); a conflict of an
+    observation that ran out of memory only when the target has no more memory per GPU than the record's
+    environment."""
     by_mech = {k.mechanism: k for k in knobs if k.mechanism}
     seen: set[tuple] = set()
     out = []
@@ -466,7 +476,8 @@ def conflicts(observations: Iterable[Observation], environments: Mapping[str, En
                 v = k.value_for(str(canon)) if k is not None else None
                 if k is None or v is None or v == k.reference:
                     break
-                if _obs_scope(o, env, target, mode, mech) != "covered":
+                # a crash is a software fact: FP8's SKU-bound sign does not make its crash SKU-bound
+                if _obs_scope(o, env, target, mode, mech, software=not is_oom) != "covered":
                     break
                 settings.append((k.name, v))
             else:

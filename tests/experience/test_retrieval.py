@@ -206,3 +206,29 @@ def test_search_experience_drives_the_controller() -> None:
     assert ctrl.ledger.blocked(frozenset({("tp", 2), ("mbs", 8)})) is not None
     assert ctrl.mem_delta(("compile", "inductor")) == pytest.approx(-2.0, abs=0.5)
     assert set(ctrl.transferred) == {("compile", "inductor"), ("attn_impl", "flash")}
+
+
+def test_memory_delta_only_from_records_against_the_reference() -> None:
+    """A memory delta measured on top of other settings (conditioning) does not become a memory prior: memory
+    interacts (activations per micro-batch divided by TP), so it says little about the target's reference."""
+    alone = effect("micro_batch", "8", 0.05, H20, mem=60.0)
+    beside = effect("micro_batch", "8", 0.05, H20, trial="t2", mem=20.0, conditioning={"tensor_parallel": "4"})
+    (p,) = setting_priors(retrieve([beside], H200, KNOBS), {})
+    assert "mem_gib" not in p and "log_speedup" in p            # the speed prior still moves
+    (q,) = setting_priors(retrieve([alone, beside], H200, KNOBS), {})
+    assert q["mem_gib"] == pytest.approx(60.0) and q["records"] == 2
+
+
+def test_fp8_crash_conflict_transfers_across_skus_not_its_sign() -> None:
+    """Whether FP8 helps is the SKU's (hardware-bound); whether it crashes beside another kernel is the software's:
+    the crash tuple transfers from another SKU, an OOM tuple from a smaller GPU still does not."""
+    knobs = KNOBS + target_knobs([{"name": "fp8", "values": [False, True], "reference": False,
+                                   "mechanism": "low_precision_gemm", "canonical": {"False": "off", "True": "on"}}])
+    crash = (("low_precision_gemm", "on"), ("graph_compile", "on"))
+    oom = (("low_precision_gemm", "on"), ("micro_batch", "8"))
+    obs = [_obs("c1", {}, None, H20, outcome="crash", conflicts=(crash,)),
+           _obs("o1", {}, None, H20, outcome="oom", conflicts=(oom,), shortfall=2.0)]
+    got = conflicts(obs, {H20.digest(): H20}, H200, knobs, "filtered")
+    assert got == [{"conflict": [["compile", "inductor"], ["fp8", True]]}]
+    (p,) = setting_priors(retrieve([effect("low_precision_gemm", "on", 0.1, H20)], H200, knobs), {})
+    assert "log_speedup" not in p and p["coverage"] == "partial"
