@@ -82,7 +82,7 @@ def hedges_of(ctrl: "SearchView | SearchController", start: Candidate, limit: in
             if view.blocked(alt.settings(view.space)) is not None:
                 continue
             mu, _, p = view.predict([alt])
-            if p[0] >= 0.5 and mu[0] >= measured + view.gate:
+            if mu[0] >= measured + view.gate:  # p(fit) >= 0.5 for a hedge alone, checked below
                 switches.append((alt, float(mu[0]), float(p[0])))
     safe: Candidate | None = None
     if p_start < SAFE_FIT:
@@ -99,11 +99,13 @@ def hedges_of(ctrl: "SearchView | SearchController", start: Candidate, limit: in
             continue
         done.add(knob.name)
         crash.append((alt, p))
+    # the double hedge composes the riskiest switch even where it is too likely to OOM on its own (p < 0.5):
+    # on top of the memory-safe hedge it fits
     both = _on_safe(view, crash[0][0], safe, start, measured) if safe is not None and crash \
         and crash[0][1] < SAFE_FIT else None
     out: list[Candidate] = [both] if both is not None else [safe] if safe is not None else []
-    for alt, _ in crash:
-        if alt not in out:
+    for alt, p in crash:
+        if alt not in out and p >= 0.5:
             out.append(alt)
     return out[:limit]
 
