@@ -110,3 +110,28 @@ def test_vit_dataloader_slots_4_within_one_and_a_half_times_slots_1():
     assert one["median_trials_to_90"] is not None and four["median_trials_to_90"] is not None
     assert four["median_trials_to_90"] <= 1.5 * one["median_trials_to_90"]
     assert four["false_promotions"] == 0
+
+
+def test_a_crash_hedge_may_switch_off_a_risky_setting_that_saves_a_little_memory():
+    """heldout_longctx_packing: start 1 holds FP8 with packing (a crash); FP8 off costs 3 GiB, so that hedge fits a
+    little less likely than the start (within FIT_SLACK) and is still a crash hedge, alone and on top of the
+    memory-safe one (before FIT_SLACK no hedge switched FP8 and every hedge crashed)."""
+    c = _benchmark_controller("heldout_longctx_packing", 0)
+    start = c.starts[0]
+    assert start.value("fp8") is True and start.value("seq_packing") is True
+    hedges = batch.hedges_of(c, start)
+    assert len(hedges) == 2 and all(h.value("fp8") is False for h in hedges)
+    p_start = float(c.predict([start])[2][0])
+    p = [float(x) for x in c.predict(hedges)[2]]
+    assert p[0] >= batch.SAFE_FIT  # the double hedge (FP8 off on the memory-safe variant)
+    assert min(p_start, batch.SAFE_FIT) - batch.FIT_SLACK <= p[1] < p_start  # FP8 off alone
+
+
+def test_longctx_packing_slots_4_within_one_and_a_half_times_slots_1():
+    """Before FIT_SLACK: 7 trials at slots 4 vs 3 at slots 1 (10 repeats, 32 trials); after: 3."""
+    land = load_landscape(ROOT / "bench/landscapes/heldout_longctx_packing.py")
+    one = run_benchmark(land, ["infrarsi"], trials=32, repeats=10, slots=1)["strategies"]["infrarsi"]
+    four = run_benchmark(land, ["infrarsi"], trials=32, repeats=10, slots=4)["strategies"]["infrarsi"]
+    assert one["median_trials_to_90"] is not None and four["median_trials_to_90"] is not None
+    assert four["median_trials_to_90"] <= 1.5 * one["median_trials_to_90"]
+    assert four["false_promotions"] == 0
