@@ -43,6 +43,7 @@ if covered at distance 0: the unfiltered baseline of ``infrarsi bench transfer``
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Mapping, Sequence
@@ -454,22 +455,58 @@ def first_start(observations: Iterable[Observation], environments: Mapping[str, 
     return {"config": config, "speedup": speedup, "campaign": camp}
 
 
+def _nonref(o: Observation, env: Environment | None) -> frozenset[tuple[str, str]]:
+    ref = env.reference_state if env is not None else {}
+    return frozenset((m, str(v)) for m, v in o.canonical.items() if str(ref.get(m)) != str(v))
+
+
+def _pinned(tup: Sequence[Sequence[str]], observations: Sequence[Observation],
+            environments: Mapping[str, Environment]) -> bool:
+    """Whether a crash conflict tuple of a source campaign is the only explanation its observations leave: some
+    crash of that campaign containing it has no other tuple of the same size that no passing run of the campaign
+    contains.  The source's failure ledger picks one minimal tuple among several when its passing runs cannot
+    tell them apart (FP8 beside compile or beside grouped GEMM, in one crash); a known conflict is a hard ban on
+    the target, so only a tuple the source pinned down is carried."""
+    t = frozenset((str(m), str(v)) for m, v in tup)
+    camps = {o.campaign for o in observations if any(frozenset((str(m), str(v)) for m, v in c) == t
+                                                     for c in o.conflicts)}
+    for camp in sorted(camps):
+        obs = [o for o in observations if o.campaign == camp]
+        passing = [_nonref(o, environments.get(o.environment)) for o in obs
+                   if o.step_time_s is not None and str(o.verdicts.get("outcome", "ok")) == "ok"]
+        for o in obs:
+            if str(o.verdicts.get("outcome", "")) not in ("crash", "rejected"):
+                continue
+            sets = _nonref(o, environments.get(o.environment)) | t
+            if not t <= sets or not any(frozenset((str(m), str(v)) for m, v in c) == t for c in o.conflicts):
+                continue
+            others = [frozenset(c) for c in itertools.combinations(sorted(sets), len(t)) if frozenset(c) != t]
+            if all(any(c <= p for p in passing) for c in others):
+                return True
+    return False
+
+
 def conflicts(observations: Iterable[Observation], environments: Mapping[str, Environment], target: Environment,
               knobs: Sequence[TargetKnob], mode: Mode = "filtered") -> list[dict[str, Any]]:
     """Known conflicts for the search: ``{"conflict": [[knob, value], ...]}`` per minimal conflict tuple that maps
-    onto target settings (every (mechanism, canonical value) onto a non-reference value of a target knob).
+    onto target settings (every (mechanism, canonical value) onto a non-reference value of a target knob).  A known
+    conflict is a hard ban in the search, so in ``filtered`` a crash tuple is carried only when the source pinned
+    it down (:func:`_pinned`).
 
     ``filtered``: only from observations that cover every mechanism of the tuple (for a crash, FP8 counts as an
     ordinary kernel mechanism: the crash of a kernel combination is the software's, not the SKU's); a conflict of an
     observation that ran out of memory only when the target has no more memory per GPU than the record's
     environment."""
     by_mech = {k.mechanism: k for k in knobs if k.mechanism}
+    observations = list(observations)
     seen: set[tuple] = set()
     out = []
     for o in observations:
         env = environments.get(o.environment)
         is_oom = o.oom_shortfall_gib is not None or str(o.verdicts.get("outcome", "")) == "oom"
         for tup in o.conflicts:
+            if mode == "filtered" and not is_oom and not _pinned(tup, observations, environments):
+                continue
             settings = []
             for mech, canon in tup:
                 k = by_mech.get(mech)

@@ -232,3 +232,18 @@ def test_fp8_crash_conflict_transfers_across_skus_not_its_sign() -> None:
     assert got == [{"conflict": [["compile", "inductor"], ["fp8", True]]}]
     (p,) = setting_priors(retrieve([effect("low_precision_gemm", "on", 0.1, H20)], H200, knobs), {})
     assert "log_speedup" not in p and p["coverage"] == "partial"
+
+
+def test_a_crash_conflict_transfers_only_when_the_source_pinned_it() -> None:
+    """A known conflict is a hard ban in the search: a crash tuple is carried only when the source's passing runs
+    rule out every other pair of that crash (its ledger picks one among several otherwise)."""
+    crash = {"graph_compile": "on", "attention_kernel": "flash", "micro_batch": "8"}
+    tup = (("graph_compile", "on"), ("attention_kernel", "flash"))
+    obs = [_obs("c", crash, None, outcome="crash", conflicts=(tup,)),
+           _obs("a", {"graph_compile": "on", "micro_batch": "8"}, 1.0)]
+    envs = {H20.digest(): H20}
+    assert conflicts(obs, envs, H200, KNOBS, "filtered") == []          # flash x mbs 8 is as likely
+    assert len(conflicts(obs, envs, H200, KNOBS, "all")) == 1
+    obs.append(_obs("b", {"attention_kernel": "flash", "micro_batch": "8"}, 1.0))
+    assert conflicts(obs, envs, H200, KNOBS, "filtered") == [{"conflict": [["attn_impl", "flash"],
+                                                                            ["compile", "inductor"]]}]
