@@ -9,7 +9,11 @@
   from all records after each observation, so a tuple later seen passing is
   exonerated, and a tuple implicated by several crashes wins ties.
 * A failure of a candidate carrying unverified patches is blamed on those
-  patches, never on the launch configuration.
+  patches, never on the launch configuration, unless that configuration
+  already failed the same way without them (a patch probed beside its busy,
+  not yet told base, which then fails on its own): then it is the
+  configuration's failure, and a patch banned before its base's own failure
+  was told is cleared when it is.
 """
 
 from __future__ import annotations
@@ -45,6 +49,10 @@ class FailureLedger:
     banned_patches: dict[str, str] = field(default_factory=dict)
     verified_patches: set[str] = field(default_factory=set)
     banned: list[Tuple_] = field(default_factory=list)
+    #: per banned patch, the (knob settings, status) failures it was blamed for
+    patch_blame: dict[str, list[tuple[frozenset[Setting], str]]] = field(default_factory=dict)
+    #: (knob settings, status) of every configuration failure without unverified patches
+    config_failures: set[tuple[frozenset[Setting], str]] = field(default_factory=set)
     unexplained: int = 0
     risk: Callable[[Setting], float] = field(default=lambda s: 0.0)
 
@@ -58,11 +66,19 @@ class FailureLedger:
             self._rederive()
             return ""
         unverified = sorted(patches - self.verified_patches)
+        knob_settings = frozenset(s for s in settings if s[0] != PATCH)
+        if unverified and (knob_settings, outcome.status) in self.config_failures:
+            return f"configuration failed without {', '.join(unverified)} too ({outcome.status}): patches not blamed"
         if unverified:
             for p in unverified:
                 self.banned_patches[p] = outcome.status
+                self.patch_blame.setdefault(p, []).append((knob_settings, outcome.status))
             return f"patch blamed: {', '.join(unverified)} ({outcome.status})"
-        knob_settings = frozenset(s for s in settings if s[0] != PATCH)
+        if outcome.status != "oom":
+            self.config_failures.add((knob_settings, outcome.status))
+            for p, why in list(self.patch_blame.items()):
+                if all(w in self.config_failures for w in why):
+                    del self.banned_patches[p], self.patch_blame[p]
         if outcome.status == "oom":
             return self._record_oom(knob_settings, outcome, mem_delta)
         self.crash_records.append(knob_settings)

@@ -62,3 +62,23 @@ def test_failed_patch_is_blamed_on_the_patch_not_the_config():
     assert led.banned == [] and led.crash_records == []
     assert led.blocked(frozenset({A, B})) is None
     assert led.blocked(frozenset({(PATCH, "p")})) is not None
+
+
+def test_a_patch_probe_on_a_configuration_that_fails_alone_is_not_blamed():
+    """A patch probed beside its busy, untold base (parallel slots): the base fails on its own, the same way."""
+    led = FailureLedger()
+    base = frozenset({A, B})
+    led.record(base, CRASH, lambda s: 0.0)  # the base told first
+    led.record(base | {(PATCH, "p")}, CRASH, lambda s: 0.0)
+    assert "p" not in led.banned_patches
+    # the probe told first: the patch is banned, then cleared when its base fails the same way
+    led = FailureLedger()
+    led.record(base | {(PATCH, "q")}, CRASH, lambda s: 0.0)
+    assert "q" in led.banned_patches
+    led.record(base, CRASH, lambda s: 0.0)
+    assert "q" not in led.banned_patches
+    # a different failure of the base does not clear it
+    led = FailureLedger()
+    led.record(base | {(PATCH, "r")}, CRASH, lambda s: 0.0)
+    led.record(base, Outcome("rejected", step_time_s=1.0), lambda s: 0.0)
+    assert "r" in led.banned_patches
