@@ -59,7 +59,8 @@ def hedges_of(ctrl: "SearchView | SearchController", start: Candidate, limit: in
     * A start that risks both (a memory-safe hedge exists, and the first crash hedge still fits with
       p < :data:`SAFE_FIT`, so it inherits the start's OOM risk) gets the *double* hedge in the memory-safe
       hedge's place: the first crash hedge's switch on top of the memory-safe one (:func:`_on_safe`).  It
-      survives either failure mode; the crash hedge alone still follows it.
+      survives either failure mode; the crash hedge alone still follows it (only if it fits with p >= 0.5:
+      the switch may enter the double hedge below that, still within :data:`FIT_SLACK` of the start).
 
     Every hedge must be legal, not blocked by the failure ledger, fit with p >= 0.5 and be predicted to
     clear the measured incumbent by the gate, so it is worth a slot on its own.  Accepts the controller or
