@@ -264,15 +264,19 @@ class CampaignEngine:
 
 
 def write_experience(engine: Any, c: CampaignRecord, result: Any) -> None:
-    """Verified write-back into the experience bank, idempotent (controller/experience/writeback.py), for
-    ``engine`` (what ``write_campaign_experience`` reads, and ``progress``).  A store that refuses it (a role
+    """Verified write-back into the experience bank, idempotent (controller/experience/writeback.py), of
+    ``engine``'s campaign ``c``: the write-back gets the store, the contract, the search's conflicts and the
+    signing key, never the engine.  A store that refuses it (a role
     without the bank grants) costs the bank these records, not the campaign its report: the refusal is reported
     as progress and ``infrarsi report --regenerate`` writes them later."""
     from infrarsi.controller.experience import writeback
 
     if result["reference"]["step_time_s"]:
         try:
-            n = writeback.write_campaign_experience(engine, c, result)
+            n = writeback.write_campaign_experience(
+                engine.store, engine.contract(c), c, result,
+                conflicts=writeback.search_conflicts(lambda: engine.search_for(c)),
+                master_key=engine.settings.master_key)
         except InfrarsiError as exc:
             engine.progress(f"[{c.id}] experience write-back refused: {exc}")
             return

@@ -1,6 +1,9 @@
 """Verified write-back of a real campaign into the experience bank (issue 13, item 1).
 
-Called at report time (:func:`infrarsi.controller.campaign.artifacts.write_artifacts`).  What is written:
+Called at report time, after the artifacts are written (``CampaignEngine.write_report`` ->
+:func:`infrarsi.controller.campaign.engine.write_experience`), with what it reads passed in: the store, the
+contract, the campaign record, the built result, the search's conflict tuples and the signing key.  It never sees
+the engine.  What is written:
 
 - one :class:`~.records.Observation` per reference and search trial (full configuration, canonical mechanism
   values, patches, step time and peak memory when it ran to the end, the outcome, acceptance and first failed
@@ -22,7 +25,7 @@ never duplicates a record.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from infrarsi.controller.experience.environment import canonical_config, knob_mechanisms
 from infrarsi.controller.experience.evidence import MIN_GATE, Promoted, Run, evidence_effects, gate_of
@@ -112,45 +115,47 @@ def write_back(store: Any, campaign_id: int | None, env: Environment, observatio
     return {"observations": n_obs, "effects": n_eff}
 
 
-def write_campaign_experience(engine: Any, campaign: Any, result: Mapping[str, Any]) -> dict[str, int]:
-    """Write back a finished campaign of ``engine`` (the report-time hook): environment from the contract and the
-    reference receipt, records from the store's trials and observations, conflicts from the search's ledger."""
+def write_campaign_experience(store: Any, contract: Any, campaign: Any, result: Mapping[str, Any], *,
+                              conflicts: Iterable[Any] = (),
+                              master_key: Callable[[], bytes] | None = None) -> dict[str, int]:
+    """Write back a finished ``campaign`` (the report-time hook): environment from ``contract`` and the reference
+    receipt (read with ``master_key()``; without it the software versions are unknown), records from ``store``'s
+    trials and observations, ``conflicts`` from the search's failure ledger (:func:`search_conflicts`)."""
     from infrarsi.controller.experience.environment import campaign_environment
 
-    contract = engine.contract(campaign)
-    store = engine.store
     doctor = doctor_or_none(campaign)
     trials = store.list_trials(campaign.id)
     obs = store.observations(campaign.id)
     env = campaign_environment(contract, doctor.header_extra if doctor else None,
-                               _reference_versions(engine, campaign, trials))
-    o, e = campaign_records(contract, campaign, env, trials, obs, result, search_conflicts(engine, campaign))
+                               _reference_versions(store, master_key, trials))
+    o, e = campaign_records(contract, campaign, env, trials, obs, result, list(conflicts))
     return write_back(store, campaign.id, env, o, e)
 
 
-def search_conflicts(engine: Any, campaign: Any) -> list:
-    """The minimal conflict tuples of the campaign's rebuilt search (its failure ledger's ``banned``), [] when the
-    search cannot be rebuilt: conflicts are optional and must never stop a write-back.  The engine rebuilds the
-    search with ``search_for`` (``controller`` in older engines)."""
-    rebuild = getattr(engine, "search_for", None) or getattr(engine, "controller", None)
+def search_conflicts(rebuild: Callable[[], Any] | None) -> list:
+    """The minimal conflict tuples (the failure ledger's ``banned``) of the search ``rebuild()`` returns, [] when
+    there is none or it cannot be rebuilt: conflicts are optional and must never stop a write-back."""
     if rebuild is None:
         return []
     try:
-        return list(rebuild(campaign).ledger.banned)
+        return list(rebuild().ledger.banned)
     except Exception:  # noqa: BLE001 - a model that cannot be rebuilt must not stop the write-back
         return []
 
 
-def _reference_versions(engine: Any, campaign: Any, trials: Sequence[Any]) -> dict[str, Any] | None:
+def _reference_versions(store: Any, master_key: Callable[[], bytes] | None,
+                        trials: Sequence[Any]) -> dict[str, Any] | None:
     """The software versions of the first ok reference receipt, None when unavailable."""
+    if master_key is None:
+        return None
     try:
         from infrarsi.verifier.receipt import load_receipt
 
         for t in trials:
             if t.stage == "reference" and t.outcome == "ok":
-                raw = engine.store.receipt_raw(t.id)
+                raw = store.receipt_raw(t.id)
                 if raw:
-                    r = load_receipt(raw, engine.settings.master_key(), t.trial_key)
+                    r = load_receipt(raw, master_key(), t.trial_key)
                     v = (r.header or {}).get("versions")
                     return dict(v) if isinstance(v, dict) else None
     except Exception:  # noqa: BLE001 - best effort

@@ -159,11 +159,10 @@ def test_write_back_reads_conflicts_from_the_rebuilt_search() -> None:
 
     ledger = SimpleNamespace(banned=[(("attn", "fa2"), ("tp", 2))])
     search = SimpleNamespace(ledger=ledger)
-    assert writeback.search_conflicts(SimpleNamespace(search_for=lambda c: search), None) == ledger.banned
-    assert writeback.search_conflicts(SimpleNamespace(controller=lambda c: search), None) == ledger.banned
+    assert writeback.search_conflicts(lambda: search) == ledger.banned
 
-    def broken(_c):
+    def broken():
         raise RuntimeError("cannot rebuild")
 
-    assert writeback.search_conflicts(SimpleNamespace(search_for=broken), None) == []
-    assert writeback.search_conflicts(SimpleNamespace(), None) == []
+    assert writeback.search_conflicts(broken) == []
+    assert writeback.search_conflicts(None) == []

@@ -189,7 +189,8 @@ def test_a_refused_write_back_does_not_fail_the_report() -> None:
     contract = parse_contract_yaml(CONTRACT)
     trials, obs = _world(BIG)
     said: list[str] = []
-    engine = SimpleNamespace(contract=lambda c: contract, store=_RefusingStore(trials, obs), progress=said.append)
+    engine = SimpleNamespace(contract=lambda c: contract, store=_RefusingStore(trials, obs), progress=said.append,
+                             settings=SimpleNamespace(master_key=lambda: b"k"), search_for=lambda c: None)
     campaign = SimpleNamespace(id=3, name="gptish", doctor=None)
     result = {"reference": {"step_time_s": T0, "sigma_pair": 0.01, "big_knob_gate": 0.02, "peak_mem_gib": 10.0},
               "promoted": None, "delivered_speedup": 1.0}
@@ -207,7 +208,8 @@ def test_the_report_write_back_counts_what_it_stored(tmp_path: Path) -> None:
                             receipt_raw=lambda tid: None, add_environment=store.add_environment,
                             add_observations=store.add_observations, add_effects=store.add_effects)
     said: list[str] = []
-    engine = SimpleNamespace(contract=lambda c: contract, store=reads, progress=said.append)
+    engine = SimpleNamespace(contract=lambda c: contract, store=reads, progress=said.append,
+                             settings=SimpleNamespace(master_key=lambda: b"k"), search_for=lambda c: None)
     campaign = SimpleNamespace(id=None, name="gptish", doctor=None)
     result = {"reference": {"step_time_s": T0, "sigma_pair": 0.01, "big_knob_gate": 0.02, "peak_mem_gib": 10.0},
               "promoted": None, "delivered_speedup": 1.0}
