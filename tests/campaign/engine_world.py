@@ -78,6 +78,15 @@ def run_until(engine: CampaignEngine, cid: int, done: Callable[[CampaignRecord],
     return c
 
 
+def finished_campaign(tmp: Path) -> tuple[World, CampaignEngine, CampaignRecord]:
+    """A toy campaign run to ``done`` in a new world (for module fixtures of tests that read a finished one)."""
+    world = make_world(tmp)
+    eng = world.engine()
+    c = run_until(eng, world.campaign(eng).id, lambda c: c.terminal)
+    assert c.state == "done", c.error
+    return world, eng, c
+
+
 class Died(BaseException):
     """The controller process dying (nothing below may catch it)."""
 

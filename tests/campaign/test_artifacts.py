@@ -12,15 +12,12 @@ import pytest
 from ruamel.yaml import YAML
 
 from infrarsi.controller.campaign.artifacts import build_result, promoted_diff, report_dir, write_artifacts
-from tests.campaign.engine_world import make_world, run_until
+from tests.campaign.engine_world import finished_campaign
 
 
 @pytest.fixture(scope="module")
 def done(tmp_path_factory: pytest.TempPathFactory):
-    world = make_world(tmp_path_factory.mktemp("artifacts"))
-    eng = world.engine()
-    c = run_until(eng, world.campaign(eng).id, lambda c: c.terminal)
-    assert c.state == "done", c.error
+    _, eng, c = finished_campaign(tmp_path_factory.mktemp("artifacts"))
     return eng, c
 
 

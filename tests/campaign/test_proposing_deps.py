@@ -14,16 +14,12 @@ from infrarsi.controller.campaign import proposing
 from infrarsi.controller.campaign.context import CampaignContracts
 from infrarsi.controller.proposers.spec import ProposersSpec
 from infrarsi.controller.store.stage_records import doctor_of
-from tests.campaign.engine_world import make_world, run_until
+from tests.campaign.engine_world import finished_campaign, make_world, run_until
 
 
 @pytest.fixture(scope="module")
 def done(tmp_path_factory: pytest.TempPathFactory):
-    world = make_world(tmp_path_factory.mktemp("proposing"))
-    eng = world.engine()
-    c = run_until(eng, world.campaign(eng).id, lambda c: c.terminal)
-    assert c.state == "done", c.error
-    return world, eng, c
+    return finished_campaign(tmp_path_factory.mktemp("proposing"))
 
 
 def test_proposing_never_imports_the_engine() -> None:

@@ -102,14 +102,18 @@ def test_a_start_with_two_failure_modes_gets_a_double_hedge_first():
     assert float(c.predict([second])[2][0]) < batch.SAFE_FIT  # the crash hedge alone inherits the OOM risk
 
 
-def test_vit_dataloader_slots_4_within_one_and_a_half_times_slots_1():
-    """Before the double hedge: 19 trials at slots 4 vs 12.5 at slots 1 (10 repeats, 32 trials)."""
-    land = load_landscape(ROOT / "bench/landscapes/heldout_vit_dataloader.py")
-    one = run_benchmark(land, ["infrarsi"], trials=24, repeats=3, slots=1)["strategies"]["infrarsi"]
-    four = run_benchmark(land, ["infrarsi"], trials=24, repeats=3, slots=4)["strategies"]["infrarsi"]
+def _slots_4_within_one_and_a_half_times_slots_1(name: str, trials: int, repeats: int) -> None:
+    land = load_landscape(ROOT / f"bench/landscapes/{name}.py")
+    one = run_benchmark(land, ["infrarsi"], trials=trials, repeats=repeats, slots=1)["strategies"]["infrarsi"]
+    four = run_benchmark(land, ["infrarsi"], trials=trials, repeats=repeats, slots=4)["strategies"]["infrarsi"]
     assert one["median_trials_to_90"] is not None and four["median_trials_to_90"] is not None
     assert four["median_trials_to_90"] <= 1.5 * one["median_trials_to_90"]
     assert four["false_promotions"] == 0
+
+
+def test_vit_dataloader_slots_4_within_one_and_a_half_times_slots_1():
+    """Before the double hedge: 19 trials at slots 4 vs 12.5 at slots 1 (10 repeats, 32 trials)."""
+    _slots_4_within_one_and_a_half_times_slots_1("heldout_vit_dataloader", trials=24, repeats=3)
 
 
 def test_a_crash_hedge_may_switch_off_a_risky_setting_that_saves_a_little_memory():
@@ -129,9 +133,4 @@ def test_a_crash_hedge_may_switch_off_a_risky_setting_that_saves_a_little_memory
 
 def test_longctx_packing_slots_4_within_one_and_a_half_times_slots_1():
     """Before FIT_SLACK: 7 trials at slots 4 vs 3 at slots 1 (10 repeats, 32 trials); after: 3."""
-    land = load_landscape(ROOT / "bench/landscapes/heldout_longctx_packing.py")
-    one = run_benchmark(land, ["infrarsi"], trials=32, repeats=10, slots=1)["strategies"]["infrarsi"]
-    four = run_benchmark(land, ["infrarsi"], trials=32, repeats=10, slots=4)["strategies"]["infrarsi"]
-    assert one["median_trials_to_90"] is not None and four["median_trials_to_90"] is not None
-    assert four["median_trials_to_90"] <= 1.5 * one["median_trials_to_90"]
-    assert four["false_promotions"] == 0
+    _slots_4_within_one_and_a_half_times_slots_1("heldout_longctx_packing", trials=32, repeats=10)
