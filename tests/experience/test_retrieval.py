@@ -247,3 +247,60 @@ def test_a_crash_conflict_transfers_only_when_the_source_pinned_it() -> None:
     obs.append(_obs("b", {"attention_kernel": "flash", "micro_batch": "8"}, 1.0))
     assert conflicts(obs, envs, H200, KNOBS, "filtered") == [{"conflict": [["attn_impl", "flash"],
                                                                             ["compile", "inductor"]]}]
+
+
+def test_fp8_sign_transfers_toward_a_more_compute_bound_sku() -> None:
+    """FP8 raises the compute roof, so its gain grows as the ridge point (peak FLOP/s / bandwidth) falls: a record
+    that helped moves the prior of a target with no higher ridge point, one that hurt of a target with no lower
+    one; otherwise, or with a peak or bandwidth unknown, no speed prior (the sign may flip)."""
+    from dataclasses import replace
+
+    from infrarsi.controller.experience.retrieval import ridge_point, sign_transfers
+
+    fp8 = target_knobs([{"name": "fp8", "values": [False, True], "reference": False,
+                         "mechanism": "low_precision_gemm", "canonical": {"False": "off", "True": "on"}}])
+    h20 = replace(H20, peak_tflops=148.0, bandwidth_gbs=4000.0)        # ridge 37 FLOP/byte
+    h100 = replace(H200, gpu_sku="H100", peak_tflops=989.0, bandwidth_gbs=3350.0)   # 295
+    l40s = replace(H200, gpu_sku="L40S", peak_tflops=362.0, bandwidth_gbs=864.0)    # 419
+    b200 = replace(H200, gpu_sku="B200", peak_tflops=2250.0, bandwidth_gbs=8000.0)  # 281
+    assert ridge_point(h20) == pytest.approx(37.0) and ridge_point(l40s) > ridge_point(b200) > ridge_point(h20)
+    assert ridge_point(H20) is None
+
+    def prior(e: float, src: Environment, tgt: Environment) -> dict:
+        (p,) = setting_priors(retrieve([effect("low_precision_gemm", "on", e, src)], tgt, fp8), {})
+        return p
+
+    # helped on a less compute-bound SKU (L40S -> B200, H100 -> H20): moves the prior, still partial scope
+    for src, tgt in ((l40s, b200), (h100, h20)):
+        p = prior(0.10, src, tgt)
+        assert 0.0 < p["log_speedup"] < 0.10 and p["coverage"] == "partial", (src.gpu_sku, tgt.gpu_sku)
+    # helped on a more compute-bound SKU (H20 -> H100, B200 -> L40S): no speed prior, memory only
+    for src, tgt in ((h20, h100), (b200, l40s)):
+        assert "log_speedup" not in prior(0.10, src, tgt), (src.gpu_sku, tgt.gpu_sku)
+    # hurt on a more compute-bound SKU (H20 -> H100): hurts there too; hurt on a less compute-bound one does not
+    assert prior(-0.10, h20, h100)["log_speedup"] < 0.0
+    assert "log_speedup" not in prior(-0.10, h100, h20)
+    # conservative: a peak or bandwidth unknown on either side, or a balance mechanism, never carries its sign
+    assert "log_speedup" not in prior(0.10, replace(l40s, bandwidth_gbs=None), b200)
+    assert "log_speedup" not in prior(0.10, l40s, replace(b200, peak_tflops=None))
+    assert not sign_transfers(l40s, b200, "balance", "tensor_parallel", 0.10)
+    assert sign_transfers(l40s, b200, "kernel", "low_precision_gemm", 0.10)
+    assert not sign_transfers(l40s, b200, "kernel", "low_precision_gemm", None)
+
+
+def test_fp8_enters_the_experience_start_only_where_its_sign_transfers() -> None:
+    """The start carries FP8 from another SKU only when its helping record transfers (target at least as
+    compute-bound); toward a less compute-bound SKU it stays at the reference, as before."""
+    from dataclasses import replace
+
+    knobs = KNOBS + target_knobs([{"name": "fp8", "values": [False, True], "reference": False,
+                                   "mechanism": "low_precision_gemm", "canonical": {"False": "off", "True": "on"}}])
+    l40s = replace(H200, gpu_sku="L40S", peak_tflops=362.0, bandwidth_gbs=864.0)    # ridge 419
+    b200 = replace(H200, gpu_sku="B200", peak_tflops=2250.0, bandwidth_gbs=8000.0)  # ridge 281
+    ref = {"graph_compile": "off", "low_precision_gemm": "off"}
+    for src, tgt, carried in ((l40s, b200, True), (b200, l40s, False)):
+        obs = [_obs("ref", ref, 2.0, src), _obs("best", {"graph_compile": "on", "low_precision_gemm": "on"}, 1.0, src)]
+        effs = [effect("graph_compile", "on", 0.2, src), effect("low_precision_gemm", "on", 0.3, src)]
+        records, _ = search_experience(effs, obs, {src.digest(): src}, tgt, knobs)
+        (start,) = [r for r in records if "config" in r]
+        assert start["config"]["compile"] == "inductor" and start["config"]["fp8"] is carried, src.gpu_sku
