@@ -178,35 +178,12 @@ def scope(record: Environment, target: Environment, klass: str, mechanism: str |
     return "covered" if covered else "partial"
 
 
-def ridge_point(env: Environment | None) -> float | None:
-    """The GPU's ridge point, peak dense FLOP/s over memory bandwidth (FLOP/byte), or None when either is
-    unknown.  The lower it is, the more of a fixed workload runs at the compute roof (H20: 37; H200: 206)."""
-    if env is None or not env.peak_tflops or not env.bandwidth_gbs or env.peak_tflops <= 0 or \
-            env.bandwidth_gbs <= 0:
-        return None
-    return float(env.peak_tflops) * 1e3 / float(env.bandwidth_gbs)
-
-
-def sign_transfers(record: Environment | None, target: Environment, klass: str, mechanism: str | None,
-                   log_speedup: float | None = None) -> bool:
-    """Whether a record's *sign* carries to the target: always for an ordinary kernel mechanism; for a balance
-    one only from the same GPU SKU (these effects flip between generations).  A hardware-bound one (FP8) also
-    from another SKU when the physics orders the two: FP8 raises the compute roof, so its gain grows as the GPU
-    gets more compute-bound (a lower :func:`ridge_point`).  A record that helped (``log_speedup`` > 0) carries to
-    a target whose ridge point is no higher than the record's, one that hurt (< 0) to a target whose ridge point
-    is no lower; otherwise, or with a peak or bandwidth unknown on either side, it does not."""
+def sign_transfers(record: Environment | None, target: Environment, klass: str, mechanism: str | None) -> bool:
+    """Whether a record's *sign* carries to the target: always for an ordinary kernel mechanism; for a balance or
+    hardware-bound one (FP8) only from the same GPU SKU (these are the effects that flip between generations)."""
     if klass == "kernel" and not hardware_bound(mechanism):
         return True
-    if record is None:
-        return False
-    if _same(record.gpu_sku, target.gpu_sku):
-        return True
-    if klass != "kernel" or log_speedup is None or log_speedup == 0:
-        return False
-    r_src, r_tgt = ridge_point(record), ridge_point(target)
-    if r_src is None or r_tgt is None:
-        return False
-    return r_tgt <= r_src if log_speedup > 0 else r_tgt >= r_src
+    return record is not None and _same(record.gpu_sku, target.gpu_sku)
 
 
 def _log_ratio(a: float | None, b: float | None) -> float:
@@ -237,9 +214,8 @@ class Retrieved:
     value: Any
     coverage: Coverage
     distance: float
-    #: False when the effect is of a balance or hardware-bound mechanism measured on another SKU and
-    #: :func:`sign_transfers` does not carry its sign: it grades the knob and may carry a memory delta, but no
-    #: speed prior
+    #: False when the effect is of a balance or hardware-bound mechanism measured on another SKU
+    #: (:func:`sign_transfers`): it grades the knob and may carry a memory delta, but no speed prior
     signed: bool = True
 
     def rank_key(self) -> tuple:
@@ -280,7 +256,7 @@ def retrieve(effects: Iterable[Effect], target: Environment, knobs: Sequence[Tar
                 continue
             env = _effect_env(e, environments)
             klass = mechanism_class(e.mechanism) if e.klass not in ("kernel", "balance") else e.klass
-            signed = sign_transfers(env, target, klass, e.mechanism, e.log_speedup)
+            signed = sign_transfers(env, target, klass, e.mechanism)
             if env is None:
                 out.append(Retrieved(e, k.name, value, "partial", 2 * UNKNOWN_TERM, signed))
                 continue
@@ -372,8 +348,7 @@ def setting_priors(retrieved: Sequence[Retrieved], base: Mapping[tuple[str, Any]
                    default_sd: float = 0.10) -> list[dict[str, Any]]:
     """Per target setting with records: ``{"knob", "value", "log_speedup", "prior_sd", "records", "coverage",
     "distance"}`` and, where records measured memory, ``"mem_gib"``/``"mem_sd"``.  Records whose sign does not
-    transfer (``Retrieved.signed`` False: balance effects from another SKU, FP8 ones unless the ridge points order
-    the two SKUs, :func:`sign_transfers`) never move the speed prior: a
+    transfer (``Retrieved.signed`` False: balance or FP8 effects from another SKU) never move the speed prior: a
     setting with only such records gets no ``log_speedup``/``prior_sd`` (the knob's own prior stays), only the
     memory prior.
 
@@ -428,8 +403,7 @@ def _obs_scope(o: Observation, env: Environment | None, target: Environment, mod
 
 def first_start(observations: Iterable[Observation], environments: Mapping[str, Environment],
                 target: Environment, knobs: Sequence[TargetKnob], mode: Mode = "filtered",
-                evidence: Mapping[tuple[str, Any], float] | None = None,
-                signed: Iterable[tuple[str, Any]] = ()) -> dict[str, Any] | None:
+                evidence: Mapping[tuple[str, Any], float] | None = None) -> dict[str, Any] | None:
     """The experience start: ``{"config": {knob: value}, "speedup": x, "campaign": label}`` or None.
 
     Source campaigns are ranked by their environment (framework-compatible only in ``filtered``: covered for
@@ -437,9 +411,8 @@ def first_start(observations: Iterable[Observation], environments: Mapping[str, 
     target's knobs, each mechanism only where the record covers it (``all``: every mechanism), others at the
     reference.  With ``evidence`` ((knob, value) -> retrieved prior mean, ``filtered`` only) a setting is also
     kept only when the bank holds a covered effect of it that helps: a setting that merely rode along in the
-    best observation (never measured apart) is not carried to other hardware.  A hardware-bound (FP8) setting in
-    ``signed`` (its sign transfers from the record's SKU, :func:`sign_transfers`) counts as covered here.
-    ``speedup`` is against that campaign's reference observation when it has one, else 1.
+    best observation (never measured apart) is not carried to other hardware.  ``speedup`` is against that
+    campaign's reference observation when it has one, else 1.
     """
     by_campaign: dict[str, list[Observation]] = {}
     for o in observations:
@@ -464,10 +437,8 @@ def first_start(observations: Iterable[Observation], environments: Mapping[str, 
     config: dict[str, Any] = {}
     for k in knobs:
         value = k.reference
-        if k.mechanism and k.mechanism in best.canonical and (
-                _obs_scope(best, env, target, mode, k.mechanism) == "covered" or (
-                    (k.name, k.value_for(str(best.canonical[k.mechanism]))) in (signed or ()) and
-                    _obs_scope(best, env, target, mode, k.mechanism, software=True) == "covered")):
+        if k.mechanism and k.mechanism in best.canonical and \
+                _obs_scope(best, env, target, mode, k.mechanism) == "covered":
             v = k.value_for(str(best.canonical[k.mechanism]))
             value = k.reference if v is None else v
         if mode == "filtered" and evidence is not None and value != k.reference and \
@@ -575,13 +546,9 @@ def search_experience(effects: Iterable[Effect], observations: Iterable[Observat
     got = retrieve(effects, target, knobs, mode, environments)
     records: list[dict[str, Any]] = []
     priors = setting_priors(got, base or {}, default_sd)
-    # an FP8 setting whose sign transfers from another SKU (sign_transfers: the ridge points order the two) may
-    # enter the start like a covered one
-    signed = {(r.knob, r.value) for r in got
-              if r.signed and r.coverage == "partial" and hardware_bound(r.effect.mechanism)}
     evidence = {(p["knob"], p["value"]): p["log_speedup"] for p in priors
-                if (p["coverage"] == "covered" or (p["knob"], p["value"]) in signed) and "log_speedup" in p}
-    start = first_start(observations, environments, target, knobs, mode, evidence, signed)
+                if p["coverage"] == "covered" and "log_speedup" in p}
+    start = first_start(observations, environments, target, knobs, mode, evidence)
     if start is not None:
         records.append(start)
     records += priors
@@ -590,6 +557,5 @@ def search_experience(effects: Iterable[Effect], observations: Iterable[Observat
 
 
 __all__ = ["Coverage", "Grade", "Mode", "MODES", "TargetKnob", "target_knob", "target_knobs", "reference_state",
-           "seq_bucket", "param_bucket", "scope", "ridge_point", "sign_transfers", "distance", "Retrieved",
-           "retrieve", "knob_grades", "record_sd", "combine", "setting_priors", "first_start", "conflicts",
-           "search_experience"]
+           "seq_bucket", "param_bucket", "scope", "sign_transfers", "distance", "Retrieved", "retrieve",
+           "knob_grades", "record_sd", "combine", "setting_priors", "first_start", "conflicts", "search_experience"]
