@@ -82,7 +82,7 @@ class Daemon:
         engine_sql = getattr(store, "engine", None)  # SqlStore: count its statements from the outside
         if engine_sql is not None:
             self.metrics.watch_engine(engine_sql)
-        self.metrics.watch_executors(lambda: list(getattr(engine, "_executors", {}).values()))
+        self.metrics.watch_executors(lambda: list(engine.launcher.executors.values()))
         watch_ingest(self.metrics, getattr(engine, "store", store))
         self.lease = store.lease(lease_name, lease_s=lease_s or cfg.lease_s)
         self.renew_s = renew_s or min(cfg.renew_s, (lease_s or cfg.lease_s) / 3)

@@ -58,8 +58,6 @@ class CampaignEngine:
         self.contracts = CampaignContracts()
         self.launcher = TrialLauncher(store, settings, executor_factory, self.contracts, self.progress,
                                       partition_limits)
-        #: the same dict as the launcher's (the daemon's metrics read ``engine._executors``)
-        self._executors = self.launcher.executors
         #: the proposers' site default for tests and embedded use (None: the daemon config's ``proposers:``);
         #: read when :attr:`proposers` is first used
         self.proposer_site: Any = None
