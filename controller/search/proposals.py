@@ -19,8 +19,11 @@ they are handed.
 
 With busy candidates: queued follow-ups one move from a busy follow-up wait,
 ranked pool candidates one knob from a busy one come last, "tried" counts the
-busy ones (contrarian and patch probes spread out), and with three or more
-busy one patch probe may run beside them.
+busy ones (contrarian and patch probes spread out), with three or more
+busy one patch probe may run beside them, and with four or more busy the
+stacked move (:func:`_stacked`: the best-predicted configuration beyond the
+trust radius, every lever the model rates positive in one trial) comes
+before the escape and the trust region.
 """
 
 from __future__ import annotations
@@ -425,6 +428,28 @@ def _near(view: SearchView, a: Candidate, b: Candidate) -> bool:
         sum(a.value(k.name) != b.value(k.name) for k in view.space.knobs) + len(a.patches ^ b.patches) <= 1
 
 
+def _stacked(view: SearchView, rows: np.ndarray, mu: np.ndarray, p: np.ndarray, dist: np.ndarray,
+             crowded: np.ndarray, inc: Candidate) -> Iterator[tuple[str, Candidate]]:
+    """With slots busy: the configuration of highest posterior mean anywhere (likely to fit), when it lies
+    beyond the trust radius of the incumbent and is predicted to clear it by the gate.  It stacks every lever
+    the model rates clearly positive in one trial, a move the one-knob-at-a-time climb reaches only after a
+    feedback round per lever; a trial worth its slot whatever the busy ones return.  Only with
+    :data:`STACK_BUSY` or more trials busy (a feedback round then costs that many completions)."""
+    ok = (p >= SAFE_STACK_FIT) & (dist > int(view.tune["trust_radius"])) & ~crowded
+    if not ok.any():
+        return
+    idx = np.flatnonzero(ok)
+    i = idx[np.lexsort((idx, -mu[idx]))][0]
+    if mu[i] >= view.incumbent_y + view.gate:
+        yield "stacked", view.pool.to_candidate(rows[i], inc.patches)
+
+
+#: p(fit) a stacked move must reach
+SAFE_STACK_FIT = 0.8
+#: busy trials from which a slot may go to the stacked move
+STACK_BUSY = 4
+
+
 def propose(view: SearchView, rng: np.random.Generator, taken: set[Candidate],
             busy: set[Candidate] = frozenset()) -> Iterator[tuple[str, Candidate]]:
     """All proposals in priority order (see module docstring).
@@ -469,6 +494,8 @@ def propose(view: SearchView, rng: np.random.Generator, taken: set[Candidate],
         for i in idx[np.lexsort((idx, -acq[idx], crowded[idx]))][:limit]:
             yield tag, pool.to_candidate(rows[i], inc.patches)
 
+    if len(busy) >= STACK_BUSY:
+        yield from _stacked(view, rows, mu, p, dist, crowded, inc)
     st = int(view.tune["stall_trials"])
     if view.stall >= st:
         every = int(view.tune["restart_every"])

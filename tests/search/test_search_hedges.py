@@ -134,3 +134,14 @@ def test_a_crash_hedge_may_switch_off_a_risky_setting_that_saves_a_little_memory
 def test_longctx_packing_slots_4_within_one_and_a_half_times_slots_1():
     """Before FIT_SLACK: 7 trials at slots 4 vs 3 at slots 1 (10 repeats, 32 trials); after: 3."""
     _slots_4_within_one_and_a_half_times_slots_1("heldout_longctx_packing", trials=32, repeats=10)
+
+
+def test_stacked_move_llama8b_slots_8_within_one_and_a_half_times_slots_1():
+    """Many small levers: before the stacked move (four or more busy) 18.5 trials at slots 8 vs 9 at slots 1
+    (10 repeats, 32 trials); after: 10.  Slots 1 never has four busy, so it cannot change."""
+    land = load_landscape(ROOT / "bench/landscapes/transfer_h20_llama8b.py")
+    one = run_benchmark(land, ["infrarsi"], trials=32, repeats=10, slots=1)["strategies"]["infrarsi"]
+    eight = run_benchmark(land, ["infrarsi"], trials=32, repeats=10, slots=8)["strategies"]["infrarsi"]
+    assert one["median_trials_to_90"] is not None and eight["median_trials_to_90"] is not None
+    assert eight["median_trials_to_90"] <= 1.5 * one["median_trials_to_90"]
+    assert eight["false_promotions"] == 0
