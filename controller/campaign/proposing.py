@@ -211,8 +211,7 @@ class ProposerRunner:
         """Where the doctor's prior requests of ``c`` stand, for the doctor state to decide on: ``"none"`` (no
         prior-giving proposer: nothing to ask), ``"unasked"`` (not asked in this process), ``"pending"`` (answers
         still coming) or ``"ready"`` (every answer in, not booked yet).  Starts nothing and reads no store."""
-        spec = self.spec(self.deps.contract_of(c))
-        if not any(e.kind in PRIOR_KINDS for e in spec.entries):
+        if not _asks_priors(self.spec(self.deps.contract_of(c))):
             return "none"
         st = self._campaigns.get(c.id)
         if st is None or st.doctor is None:
@@ -223,7 +222,7 @@ class ProposerRunner:
         """Ask every prior-giving proposer for knob priors in one background job (at most ``max_concurrent``
         requests at once); nothing when they were asked already or there are none."""
         spec = self.spec(self.deps.contract_of(c))
-        if not any(e.kind in PRIOR_KINDS for e in spec.entries):
+        if not _asks_priors(spec):
             return
         st = self._state(c)
         if st.doctor is not None:
@@ -250,19 +249,6 @@ class ProposerRunner:
             self.deps.progress(f"[{c.id}] proposer {o.proposer}: {'ok' if o.ok else 'failed'}"
                                f"{' — ' + o.reason if o.reason else ''}")
         return {"proposer_priors": rows, "proposer_priors_dropped": dropped}
-
-    def doctor_priors(self, c: CampaignRecord, doctor: Doctor) -> dict[str, Any] | None:
-        """:meth:`priors_status`, :meth:`ask_priors` and :meth:`collect_priors` in one call (what the doctor state
-        decides, for callers without a state machine): ``{}`` at once for a campaign without prior-giving
-        proposers; the first call asks and returns None; None while the answers are coming; then the merged
-        priors.  Never raises for a proposer's fault (``Proposer.propose`` is guarded)."""
-        status = self.priors_status(c)
-        if status == "none":
-            return {}
-        if status == "unasked":
-            self.ask_priors(c, doctor)
-            return None
-        return self.collect_priors(c, doctor) if status == "ready" else None
 
     # ---------------------------------------------------------------- run
     def step(self, c: CampaignRecord, controller: "Callable[[], SearchController]", live: list[TrialRecord]) -> bool:
@@ -383,7 +369,7 @@ class ProposerRunner:
         record_outcome(self.deps.store, c.id, o, request=req.kind, stage="run", scope=scope.dump())
         tail = f" — {o.reason}" if o.reason else ""
         self.deps.progress(f"[{c.id}] proposer {o.proposer} ({req.kind}): {len(accepted)} patch(es) accepted, "
-                               f"{len(refused_now)} refused{tail}")
+                           f"{len(refused_now)} refused{tail}")
 
     def _ledger(self, c: CampaignRecord, o: "ProposerOutcome", stage: str, request: str) -> None:
         """One proposer-ledger row (tokens, USD when priced, wall time, outcome) for one answered request."""
@@ -396,6 +382,11 @@ class ProposerRunner:
         c = self.deps.store.get_campaign(c.id)
         st = self._state(c)
         return build_context(self.deps.store, self.deps.contract_of(c), c, kind, st.src, doctor=doctor, stack=stack)
+
+
+def _asks_priors(spec: ProposersSpec) -> bool:
+    """Whether ``spec`` has a prior-giving proposer (``catalog`` or ``llm``): the doctor asks only then."""
+    return any(e.kind in PRIOR_KINDS for e in spec.entries)
 
 
 def _ask_all(askers: list["Proposer"], ctx: "PromptContext", width: int) -> list["ProposerOutcome"]:

@@ -56,7 +56,8 @@ def test_a_runner_built_from_deps_alone_asks_for_priors_and_books_them(tmp_path:
     runner = proposing.ProposerRunner(deps, ProposersSpec.model_validate([{"kind": "catalog"}]))
     doctor = doctor_of(c)
     bare = proposing.ProposerRunner(deps, ProposersSpec(entries=[]))
-    assert bare.priors_status(c) == "none" and bare.doctor_priors(c, doctor) == {}
+    bare.ask_priors(c, doctor)  # nobody gives priors: nothing is asked, nothing to collect
+    assert bare.priors_status(c) == "none" and bare.collect_priors(c, doctor) is None
     assert runner.priors_status(c) == "unasked" and runner.collect_priors(c, doctor) is None
     assert eng.store.proposer_requests(c.id) == []  # a status read asks nobody and books nothing
     runner.ask_priors(c, doctor)  # in the background
