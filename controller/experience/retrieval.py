@@ -460,6 +460,11 @@ def _nonref(o: Observation, env: Environment | None) -> frozenset[tuple[str, str
     return frozenset((m, str(v)) for m, v in o.canonical.items() if str(ref.get(m)) != str(v))
 
 
+def _tuple_key(tup: Iterable[Sequence[Any]]) -> frozenset[tuple[str, str]]:
+    """A conflict tuple as a set of (mechanism, canonical value) strings, for comparison."""
+    return frozenset((str(m), str(v)) for m, v in tup)
+
+
 def _pinned(tup: Sequence[Sequence[str]], observations: Sequence[Observation],
             environments: Mapping[str, Environment]) -> bool:
     """Whether a crash conflict tuple of a source campaign is the only explanation its observations leave: some
@@ -467,9 +472,8 @@ def _pinned(tup: Sequence[Sequence[str]], observations: Sequence[Observation],
     contains.  The source's failure ledger picks one minimal tuple among several when its passing runs cannot
     tell them apart (FP8 beside compile or beside grouped GEMM, in one crash); a known conflict is a hard ban on
     the target, so only a tuple the source pinned down is carried."""
-    t = frozenset((str(m), str(v)) for m, v in tup)
-    camps = {o.campaign for o in observations if any(frozenset((str(m), str(v)) for m, v in c) == t
-                                                     for c in o.conflicts)}
+    t = _tuple_key(tup)
+    camps = {o.campaign for o in observations if any(_tuple_key(c) == t for c in o.conflicts)}
     for camp in sorted(camps):
         obs = [o for o in observations if o.campaign == camp]
         passing = [_nonref(o, environments.get(o.environment)) for o in obs
@@ -477,9 +481,9 @@ def _pinned(tup: Sequence[Sequence[str]], observations: Sequence[Observation],
         for o in obs:
             if str(o.verdicts.get("outcome", "")) not in ("crash", "rejected"):
                 continue
-            sets = _nonref(o, environments.get(o.environment)) | t
-            if not t <= sets or not any(frozenset((str(m), str(v)) for m, v in c) == t for c in o.conflicts):
+            if not any(_tuple_key(c) == t for c in o.conflicts):
                 continue
+            sets = _nonref(o, environments.get(o.environment)) | t
             others = [frozenset(c) for c in itertools.combinations(sorted(sets), len(t)) if frozenset(c) != t]
             if all(any(c <= p for p in passing) for c in others):
                 return True
@@ -499,14 +503,19 @@ def conflicts(observations: Iterable[Observation], environments: Mapping[str, En
     environment."""
     by_mech = {k.mechanism: k for k in knobs if k.mechanism}
     observations = list(observations)
+    pinned: dict[frozenset[tuple[str, str]], bool] = {}
     seen: set[tuple] = set()
     out = []
     for o in observations:
         env = environments.get(o.environment)
         is_oom = o.oom_shortfall_gib is not None or str(o.verdicts.get("outcome", "")) == "oom"
         for tup in o.conflicts:
-            if mode == "filtered" and not is_oom and not _pinned(tup, observations, environments):
-                continue
+            if mode == "filtered" and not is_oom:
+                key = _tuple_key(tup)
+                if key not in pinned:  # the same tuple recurs across a campaign's crashes: judged once
+                    pinned[key] = _pinned(tup, observations, environments)
+                if not pinned[key]:
+                    continue
             settings = []
             for mech, canon in tup:
                 k = by_mech.get(mech)
