@@ -19,6 +19,21 @@ from infrarsi.controller.search.features import FeatureMap
 from infrarsi.controller.search.space import PATCH, Candidate, Outcome, SearchSpace
 from infrarsi.surrogate.time_model import BayesLinearTimeModel
 
+#: decimals every model output is rounded to (see :func:`stable`)
+DECIMALS = 9
+
+
+def stable(x: np.ndarray) -> np.ndarray:
+    """``x`` rounded to :data:`DECIMALS` decimals.
+
+    The fits go through BLAS/LAPACK, whose kernels (chosen per CPU: AVX2 on one machine, AVX-512 on the
+    next) round differently in the last bits.  The search compares and sorts these outputs; where two
+    candidates tie in exact arithmetic (two switches with equal priors, say) those last bits, not the
+    tie-breaks written for the purpose, would decide, and one seeded benchmark would follow different
+    trial sequences on different machines.  Rounded far above that noise and far below any effect the
+    search can resolve, every decision is the same on every CPU."""
+    return np.round(np.asarray(x, dtype=float), DECIMALS)
+
 
 class TimeModel:
     """Refits :class:`BayesLinearTimeModel` on all ok trials (features may grow with enabling pairs)."""
@@ -52,11 +67,11 @@ class TimeModel:
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         assert self.model is not None
         mean, var = self.model.predict(X)
-        return mean, np.sqrt(np.maximum(var, 0.0))
+        return stable(mean), stable(np.sqrt(np.maximum(var, 0.0)))
 
     def coef(self) -> tuple[np.ndarray, np.ndarray]:
         assert self.model is not None
-        return np.asarray(self.model.coef_mean), np.asarray(self.model.coef_sd)
+        return stable(self.model.coef_mean), stable(self.model.coef_sd)
 
 
 class MemoryModel:
@@ -103,16 +118,16 @@ class MemoryModel:
         if self.model is None:
             mean = self.prior_mu[0] + D @ self.prior_mu[1:]
             sd = np.sqrt(self.prior_var[0] + D * D @ self.prior_var[1:])
-            return mean, sd
+            return stable(mean), stable(sd)
         mean, sd = self.model.predict(D)
-        return np.asarray(mean, dtype=float), np.asarray(sd, dtype=float)
+        return stable(mean), stable(sd)
 
     def p_feasible(self, X: np.ndarray) -> np.ndarray:
         """P(peak <= capacity) under the predictive distribution (parameter + observation noise)."""
         if self.model is not None:
-            return np.asarray(self.model.p_feasible(self.design(X)), dtype=float)
+            return stable(self.model.p_feasible(self.design(X)))
         mean, sd = self.predict(X)
-        return norm.cdf((self.capacity - mean) / np.sqrt(sd * sd + self.obs_sd ** 2))
+        return stable(norm.cdf((self.capacity - mean) / np.sqrt(sd * sd + self.obs_sd ** 2)))
 
 
 def memory_rows(history: Sequence[tuple[Candidate, Outcome]], capacity: float) -> tuple[list[int], list[float], list[str]]:
