@@ -73,6 +73,13 @@ class TimeModel:
         assert self.model is not None
         return stable(self.model.coef_mean), stable(self.model.coef_sd)
 
+    def coef_sample(self, rng: np.random.Generator) -> np.ndarray:
+        """One draw of the coefficients from the posterior (for Thompson sampling); deterministic in ``rng``."""
+        assert self.model is not None
+        mean, cov = np.asarray(self.model.coef_mean), np.asarray(self.model.coef_cov)
+        chol = np.linalg.cholesky(cov + 1e-12 * np.eye(len(mean)))
+        return stable(mean + chol @ rng.standard_normal(len(mean)))
+
 
 class MemoryModel:
     """Censored peak-memory model over the single indicators (intercept = reference peak); falls back to the prior before any data."""

@@ -20,10 +20,11 @@ they are handed.
 With busy candidates: queued follow-ups one move from a busy follow-up wait,
 ranked pool candidates one knob from a busy one come last, "tried" counts the
 busy ones (contrarian and patch probes spread out), with three or more
-busy one patch probe may run beside them, and with four or more busy the
+busy one patch probe may run beside them, with four or more busy the
 stacked move (:func:`_stacked`: the best-predicted configuration beyond the
-trust radius, every lever the model rates positive in one trial) comes
-before the escape and the trust region.
+trust radius, every lever the model rates positive in one trial) and with six
+or more a Thompson draw (:func:`_thompson`) come before the escape and the
+trust region.
 """
 
 from __future__ import annotations
@@ -444,10 +445,30 @@ def _stacked(view: SearchView, rows: np.ndarray, mu: np.ndarray, p: np.ndarray, 
         yield "stacked", view.pool.to_candidate(rows[i], inc.patches)
 
 
+def _thompson(view: SearchView, rows: np.ndarray, p: np.ndarray, dist: np.ndarray, crowded: np.ndarray,
+              inc: Candidate, rng: np.random.Generator) -> Iterator[tuple[str, Candidate]]:
+    """With nearly every slot busy: the best configuration under one posterior draw of the time model
+    (Thompson sampling), likely to fit and not one knob from a busy candidate, when the draw rates it the
+    gate above the incumbent.  The busy trials are fantasized at their predicted means, so the draw is
+    wide where nothing runs: successive free slots spread over the configurations the model cannot yet
+    rule out, where trust-region picks would queue up one feedback round each.  Only with
+    :data:`THOMPSON_BUSY` or more busy.  Pure in the history, the busy set and ``rng`` (the ask's)."""
+    ok = (p >= SAFE_STACK_FIT) & (dist > 0) & ~crowded
+    if not ok.any():
+        return
+    draw = view.pool.features(rows, inc.patches) @ view.coef_sample(rng)
+    idx = np.flatnonzero(ok)
+    i = idx[np.lexsort((idx, -draw[idx]))][0]
+    if draw[i] >= view.incumbent_y + view.gate:
+        yield "thompson", view.pool.to_candidate(rows[i], inc.patches)
+
+
 #: p(fit) a stacked move must reach
 SAFE_STACK_FIT = 0.8
 #: busy trials from which a slot may go to the stacked move
 STACK_BUSY = 4
+#: busy trials from which a slot may go to a Thompson draw (slots 8 and wider)
+THOMPSON_BUSY = 6
 
 
 def propose(view: SearchView, rng: np.random.Generator, taken: set[Candidate],
@@ -496,6 +517,8 @@ def propose(view: SearchView, rng: np.random.Generator, taken: set[Candidate],
 
     if len(busy) >= STACK_BUSY:
         yield from _stacked(view, rows, mu, p, dist, crowded, inc)
+    if len(busy) >= THOMPSON_BUSY:
+        yield from _thompson(view, rows, p, dist, crowded, inc, rng)
     st = int(view.tune["stall_trials"])
     if view.stall >= st:
         every = int(view.tune["restart_every"])

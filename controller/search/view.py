@@ -199,6 +199,11 @@ class SearchView:
         """Posterior mean and sd of the time model's coefficients (feature order)."""
         return self._c.time.coef()
 
+    def coef_sample(self, rng: np.random.Generator) -> np.ndarray:
+        """One posterior draw of the time model's coefficients (feature order), busy trials fantasized as
+        in every ask; deterministic in ``rng``."""
+        return self._c.time.coef_sample(rng)
+
     def mem_delta(self, s: Setting) -> float:
         """Estimated peak-memory delta (GiB) of one setting vs the reference."""
         return self._c.mem_delta(s)

@@ -134,6 +134,42 @@ def test_async_replay_after_restart_proposes_the_same_next_candidate():
     assert nxt and nxt[0] not in running
 
 
+def test_thompson_draws_fill_wide_slots_and_replay_after_restart():
+    """With six or more trials busy a free slot may go to a Thompson draw; the draw is seeded by the ask,
+    so a restarted controller told the same history proposes the same next candidate."""
+    land = load_landscape(ROOT / "bench/landscapes/transfer_h200_gpt7b.py")
+    evaluate = land.evaluator(np.random.default_rng(0))
+
+    def fresh() -> SearchController:
+        return make_strategy("infrarsi", land.space, make_noise(), 1.0, land.capacity_gib, seed=0, parallel=True)
+
+    a = fresh()
+    running: list[Candidate] = []
+    log: list[tuple[Candidate, Outcome]] = []
+    for k in [0, 3, 1, 5, 2, 0, 4, 1, 6, 0, 2, 7]:
+        while len(running) < 8:
+            running += a.ask(1, pending=running)
+        done = running.pop(k)
+        o = evaluate(done)
+        a.tell(done, o)
+        log.append((done, o))
+    assert "thompson" in a.proposed_by.values()
+    nxt = a.ask(1, pending=running)
+    b = fresh()
+    for cand, o in log:
+        b.tell(cand, o)
+    assert b.ask(1, pending=running) == nxt
+
+
+def test_slots_4_never_draws():
+    """Thompson draws need six busy trials: a slots-4 search (three busy at each ask) never makes one."""
+    land = load_landscape(ROOT / "bench/landscapes/transfer_h200_gpt7b.py")
+    strat = make_strategy("infrarsi", land.space, make_noise(), 1.0, land.capacity_gib, seed=0, parallel=True)
+    run_search(land.space, land.evaluator(np.random.default_rng(0)), 16, strategy=strat, slots=4,
+               duration=lambda _c, o: o.gpu_hours)
+    assert "thompson" not in strat.proposed_by.values()
+
+
 def test_optuna_uses_constant_liar_only_when_parallel():
     space = toy_space()
     par = make_strategy("optuna-tpe", space, make_noise(), 1.0, 80.0, seed=0, parallel=True)
