@@ -20,7 +20,7 @@ they are handed.
 With busy candidates: queued follow-ups one move from a busy follow-up wait,
 ranked pool candidates one knob from a busy one come last, "tried" counts the
 busy ones (contrarian and patch probes spread out), with three or more
-busy one patch probe may run beside them, with four or more busy the
+busy one patch probe may run beside them, with two or more busy the
 stacked move (:func:`_stacked`: the best-predicted configuration beyond the
 trust radius, every lever the model rates positive in one trial) and with six
 or more a Thompson draw (:func:`_thompson`) come before the escape and the
@@ -466,7 +466,7 @@ def _thompson(view: SearchView, rows: np.ndarray, p: np.ndarray, dist: np.ndarra
 #: p(fit) a stacked move must reach
 SAFE_STACK_FIT = 0.8
 #: busy trials from which a slot may go to the stacked move
-STACK_BUSY = 4
+STACK_BUSY = 2
 #: busy trials from which a slot may go to a Thompson draw (slots 8 and wider)
 THOMPSON_BUSY = 6
 

@@ -140,7 +140,7 @@ def test_longctx_packing_slots_4_within_one_and_a_half_times_slots_1():
     _slots_4_within_one_and_a_half_times_slots_1("heldout_longctx_packing", trials=32, repeats=10)
 
 
-def test_stacked_move_needs_four_busy_trials():
+def test_stacked_move_needs_busy_trials():
     """The stacked move (every lever the model rates positive, in one trial) is made at slots 8 and never
     at slots 1, where nothing is busy."""
     land = load_landscape(ROOT / "bench/landscapes/transfer_h20_llama8b.py")
