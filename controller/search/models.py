@@ -17,6 +17,7 @@ from scipy.stats import norm
 
 from infrarsi.controller.search.features import FeatureMap
 from infrarsi.controller.search.space import PATCH, Candidate, Outcome, SearchSpace
+from infrarsi.surrogate._linalg import chol_lower
 from infrarsi.surrogate.time_model import BayesLinearTimeModel
 
 #: decimals every model output is rounded to (see :func:`stable`)
@@ -76,8 +77,8 @@ class TimeModel:
     def coef_sample(self, rng: np.random.Generator) -> np.ndarray:
         """One draw of the coefficients from the posterior (for Thompson sampling); deterministic in ``rng``."""
         assert self.model is not None
-        mean, cov = np.asarray(self.model.coef_mean), np.asarray(self.model.coef_cov)
-        chol = np.linalg.cholesky(cov + 1e-12 * np.eye(len(mean)))
+        mean = np.asarray(self.model.coef_mean)
+        chol = chol_lower(np.asarray(self.model.coef_cov))  # jittered only if round-off demands it
         return stable(mean + chol @ rng.standard_normal(len(mean)))
 
 

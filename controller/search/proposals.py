@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Iterator
 import numpy as np
 
 from infrarsi.controller.search import batch, refine
-from infrarsi.controller.search.models import log_speedup
+from infrarsi.controller.search.models import log_speedup, stable
 from infrarsi.controller.search.space import PATCH, Candidate, Outcome, Setting, settings_key
 from infrarsi.controller.search.view import FollowUps, SearchView, view_of
 
@@ -456,7 +456,7 @@ def _thompson(view: SearchView, rows: np.ndarray, p: np.ndarray, dist: np.ndarra
     ok = (p >= SAFE_STACK_FIT) & (dist > 0) & ~crowded
     if not ok.any():
         return
-    draw = view.pool.features(rows, inc.patches) @ view.coef_sample(rng)
+    draw = stable(view.pool.features(rows, inc.patches) @ view.coef_sample(rng))
     idx = np.flatnonzero(ok)
     i = idx[np.lexsort((idx, -draw[idx]))][0]
     if draw[i] >= view.incumbent_y + view.gate:
@@ -467,7 +467,7 @@ def _thompson(view: SearchView, rows: np.ndarray, p: np.ndarray, dist: np.ndarra
 SAFE_STACK_FIT = 0.8
 #: busy trials from which a slot may go to the stacked move
 STACK_BUSY = 2
-#: busy trials from which a slot may go to a Thompson draw (slots 8 and wider)
+#: busy trials from which a slot may go to a Thompson draw (slots 7 and wider)
 THOMPSON_BUSY = 6
 
 
