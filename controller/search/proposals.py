@@ -437,12 +437,8 @@ def _stacked(view: SearchView, rows: np.ndarray, mu: np.ndarray, p: np.ndarray, 
     feedback round per lever; a trial worth its slot whatever the busy ones return.  Only with
     :data:`STACK_BUSY` or more trials busy (a feedback round then costs that many completions)."""
     ok = (p >= SAFE_STACK_FIT) & (dist > int(view.tune["trust_radius"])) & ~crowded
-    if not ok.any():
-        return
-    idx = np.flatnonzero(ok)
-    i = idx[np.lexsort((idx, -mu[idx]))][0]
-    if mu[i] >= view.incumbent_y + view.gate:
-        yield "stacked", view.pool.to_candidate(rows[i], inc.patches)
+    if ok.any():
+        yield from _best_clearing(view, rows, mu, ok, inc, "stacked")
 
 
 def _thompson(view: SearchView, rows: np.ndarray, p: np.ndarray, dist: np.ndarray, crowded: np.ndarray,
@@ -454,13 +450,19 @@ def _thompson(view: SearchView, rows: np.ndarray, p: np.ndarray, dist: np.ndarra
     rule out, where trust-region picks would queue up one feedback round each.  Only with
     :data:`THOMPSON_BUSY` or more busy.  Pure in the history, the busy set and ``rng`` (the ask's)."""
     ok = (p >= SAFE_STACK_FIT) & (dist > 0) & ~crowded
-    if not ok.any():
-        return
-    draw = stable(view.pool.features(rows, inc.patches) @ view.coef_sample(rng))
+    if ok.any():  # checked before drawing: the draw consumes the ask's generator
+        draw = stable(view.pool.features(rows, inc.patches) @ view.coef_sample(rng))
+        yield from _best_clearing(view, rows, draw, ok, inc, "thompson")
+
+
+def _best_clearing(view: SearchView, rows: np.ndarray, score: np.ndarray, ok: np.ndarray, inc: Candidate,
+                   tag: str) -> Iterator[tuple[str, Candidate]]:
+    """The row of highest ``score`` among ``ok`` (the lowest index on a tie), with the incumbent's patches, as
+    ``tag``, when its score clears the incumbent by the gate; ``ok`` must select at least one row."""
     idx = np.flatnonzero(ok)
-    i = idx[np.lexsort((idx, -draw[idx]))][0]
-    if draw[i] >= view.incumbent_y + view.gate:
-        yield "thompson", view.pool.to_candidate(rows[i], inc.patches)
+    i = idx[np.lexsort((idx, -score[idx]))][0]
+    if score[i] >= view.incumbent_y + view.gate:
+        yield tag, view.pool.to_candidate(rows[i], inc.patches)
 
 
 #: p(fit) a stacked move must reach
