@@ -31,6 +31,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from infrarsi.controller.search import proposals
+from infrarsi.controller.search.batch import AGGRESSIVE
 from infrarsi.controller.search.failures import FailureLedger
 from infrarsi.controller.search.features import FeatureMap
 from infrarsi.controller.search.models import MemoryModel, TimeModel, log_speedup, memory_rows
@@ -63,6 +64,7 @@ DEFAULT_TUNING: dict[str, Any] = {
     "patch_replaces": None,      # {patch: [patches]}: a completion of those patches, tried in their place
     "prior_revision": True,      # empirical prior revision after repeated failures / a confident failure
     "believe_followers": 3,      # busy neighbours after which a pending candidate stops standing in as incumbent
+    "suspect_share": 0.5,        # one busy candidate at a time may hold more than this share of an open crash's suspects
 }
 
 
@@ -229,9 +231,39 @@ class SearchController:
         why = self.ledger.blocked(sets)
         if why:
             return why
+        why = self._second_near_copy(cand, taken)
+        if why:
+            return why
         for s, need in self.ledger.needs_saver.items():
             if s in sets and not any(self.mem_delta(x) < 0 for x in sets if x != s):
                 return f"{settings_key(s)} needs a memory saver"
+        return None
+
+    def _second_near_copy(self, cand: Candidate, taken: set[Candidate]) -> str | None:
+        """Why ``cand`` would be a second busy near copy of a crash whose cause is open, else None.
+
+        A near copy holds more than ``suspect_share`` of a crash record's open suspect tuples
+        (:meth:`FailureLedger.shares`).  One near copy at a time tests the blame; several in flight at once
+        likely share the true cause, crash together and take their slots with them.  Only records with an
+        aggressive suspect count (a setting whose prior |effect| is :data:`~infrarsi.controller.search.batch.AGGRESSIVE`
+        gates, as for the hedges): in a space of mild levers every good candidate is a near copy of the
+        first crash, and there is no prime suspect to keep apart.  With nothing busy this never refuses, so
+        the one-at-a-time search is unchanged."""
+        busy = set(self.outstanding) | taken
+        if not busy or not self.ledger.crash_records:
+            return None
+        limit = float(self.tune["suspect_share"])
+        bold = AGGRESSIVE * self.gate
+        records = [i for i, hyps in enumerate(self.ledger.open_suspects())
+                   if any(abs(self.ledger.risk(x)) >= bold for t in hyps for x in t)]
+
+        def near(c: Candidate) -> set[int]:
+            shares = self.ledger.shares(frozenset(x for x in c.settings(self.space) if x[0] != PATCH))
+            return {i for i in records if shares[i] > limit}
+
+        mine = near(cand) if records else set()
+        if mine and any(mine & near(b) for b in busy):
+            return f"a near copy of an unresolved crash is already running (over {limit:.0%} of its suspect tuples)"
         return None
 
     # --------------------------------------------------------------------- ask

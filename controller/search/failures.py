@@ -7,7 +7,11 @@
   only the minimal conflict tuple - the smallest co-occurring pair (else
   triple) of its settings absent from every passing run.  Bans are re-derived
   from all records after each observation, so a tuple later seen passing is
-  exonerated, and a tuple implicated by several crashes wins ties.
+  exonerated, and a tuple implicated by several crashes wins ties.  The ban is one
+  guess among the record's open tuples (:meth:`FailureLedger.suspects`); how much of
+  that open set a new candidate holds (:meth:`FailureLedger.shares`) tells how likely
+  it is to repeat the crash whatever the true cause, which the controller uses to keep
+  several such near copies from running at once.
 * A failure of a candidate carrying unverified patches is blamed on those
   patches, never on the launch configuration, unless that configuration
   already failed the same way without them (a patch probed beside its busy,
@@ -55,6 +59,8 @@ class FailureLedger:
     config_failures: set[tuple[frozenset[Setting], str]] = field(default_factory=set)
     unexplained: int = 0
     risk: Callable[[Setting], float] = field(default=lambda s: 0.0)
+    #: per crash record, its open hypotheses (:meth:`suspects`), re-derived with the bans
+    _suspects: list[list[Tuple_]] = field(default_factory=list, repr=False)
 
     def record(self, settings: frozenset[Setting], outcome: Outcome,
                mem_delta: Callable[[Setting], float]) -> str:
@@ -101,29 +107,53 @@ class FailureLedger:
                 self.excluded.add(spender)
         return f"oom: {settings_key(spender)} needs a saver covering {shortfall:.1f} GiB"
 
+    def suspects(self, settings: frozenset[Setting]) -> list[Tuple_]:
+        """The smallest co-occurring tuples of ``settings`` (pairs, else triples; the setting itself for a
+        one-setting record) that no passing run contains: the hypotheses a crash of ``settings`` leaves open."""
+        if len(settings) == 1:
+            only = next(iter(settings))
+            return [] if any(only in p for p in self.passing) else [(only,)]
+        for size in (2, 3):
+            options = [_canon_tuple(t) for t in combinations(settings, size)
+                       if not any(set(t) <= p for p in self.passing)]
+            if options:
+                return options
+        return []
+
     def minimal_tuple(self, settings: frozenset[Setting]) -> Tuple_ | None:
         """Smallest pair/triple of ``settings`` absent from all passing runs (None if none).
 
         Among several, prefer the tuple implicated by the most crash records, then the most
         aggressive one (largest summed prior |effect|, ``risk``), then a canonical order.
         """
+        options = self.suspects(settings)
+        if not options:
+            return None
         risk = self.risk
-        if len(settings) == 1:
-            only = next(iter(settings))
-            return None if any(only in p for p in self.passing) else (only,)
-        for size in (2, 3):
-            options = [_canon_tuple(t) for t in combinations(settings, size)
-                       if not any(set(t) <= p for p in self.passing)]
-            if options:
-                def score(t: Tuple_) -> tuple:
-                    hits = sum(1 for r in self.crash_records if set(t) <= r)
-                    return (-hits, -sum(abs(risk(s)) for s in t), _tkey(t))
-                return min(options, key=score)
-        return None
+
+        def score(t: Tuple_) -> tuple:
+            hits = sum(1 for r in self.crash_records if set(t) <= r)
+            return (-hits, -sum(abs(risk(s)) for s in t), _tkey(t))
+        return min(options, key=score)
+
+    def shares(self, settings: frozenset[Setting]) -> list[float]:
+        """Per crash record (in order), the share of its open hypotheses (:meth:`suspects`) that ``settings``
+        contains: how likely a candidate is to repeat that crash if its cause is one of the open tuples, each
+        counted as equally likely (0 for a record with none open)."""
+        return [sum(1 for t in hyps if set(t) <= settings) / len(hyps) if hyps else 0.0 for hyps in self._suspects]
+
+    def open_suspects(self) -> list[list[Tuple_]]:
+        """Per crash record (in order), its open hypotheses (:meth:`suspects`); read it, do not change it."""
+        return self._suspects
+
+    def suspicion(self, settings: frozenset[Setting]) -> float:
+        """The largest of :meth:`shares` (0 with no crash record)."""
+        return max(self.shares(settings), default=0.0)
 
     def _rederive(self) -> None:
         banned: dict[tuple[str, ...], Tuple_] = {}
         self.unexplained = 0
+        self._suspects = [self.suspects(rec) for rec in self.crash_records]
         for rec in self.crash_records:
             t = self.minimal_tuple(rec)
             if t is None:

@@ -289,3 +289,44 @@ def test_escape_distance_grows_and_warm_restart_from_a_distinct_class():
     first = c2.ask(1)[0]
     assert c2.proposed_by[first] == "restart"
     assert sum(first.value(k) != other.value(k) for k in c2.space.knob_names()) <= 2
+
+
+def test_one_near_copy_of_an_unresolved_crash_runs_at_a_time():
+    """A four-setting crash leaves six pairs open (one banned).  A candidate holding more than
+    ``suspect_share`` of them (a near copy) is admissible alone, but not beside another busy near copy
+    of the same crash, whichever operator proposed it; a pass exonerates."""
+    c = ctrl_for(suspect_share=0.4)
+    c.starts = []
+    crashed = c.reference.with_values({"compile": True, "recompute": "none", "workers": 8, "algo": "tree"})
+    c.tell(crashed, Outcome("crash", reason="unknown"))
+    sets = frozenset(crashed.settings(c.space))
+    revert = crashed.with_values({"recompute": "full"})  # the conflict revert: keeps the 3 pairs without it
+    other = crashed.with_values({"compile": False})  # off the banned pair too: the 3 pairs without compile
+    assert c.ledger.shares(revert.settings(c.space)) == [0.5] == c.ledger.shares(other.settings(c.space))
+    assert c.admissible(revert, set()) is None and c.admissible(other, set()) is None  # alone: allowed
+    why = c.admissible(other, {revert})
+    assert why is not None and "unresolved crash" in why
+    batch = c.ask(6)
+    assert revert in batch and c.proposed_by[revert] == "revert"
+    assert sum(c.ledger.suspicion(x.settings(c.space) & sets) > 0.4 for x in batch) == 1
+    c.tell(crashed.with_values({"workers": 2}), ok(0.4))  # compile, recompute, tree pass together: exonerated
+    assert c.ledger.suspicion(other.settings(c.space)) == 2 / 3  # the open pairs all hold workers=8 now
+    assert c.ledger.suspicion(crashed.with_values({"workers": 4}).settings(c.space)) == 0.0
+
+
+def test_near_copies_of_a_crash_among_mild_levers_may_run_side_by_side():
+    """With no setting rated AGGRESSIVE gates (a space of mild levers), every good candidate is a near copy
+    of the first crash, and two may be busy at once; the same crash among bold levers allows one."""
+    def verdict(prior: float) -> str | None:
+        space = SearchSpace(tuple(KnobSpec(n, (False, True), False, prior_mean={True: prior}) for n in "abcd"), ())
+        c = ctrl_for(space, suspect_share=0.4)
+        c.starts = []
+        crashed = c.reference.with_values({n: True for n in "abcd"})
+        c.tell(crashed, Outcome("crash", reason="unknown"))
+        one, two = crashed.with_values({"a": False}), crashed.with_values({"b": False})  # both off the ban (a, b)
+        assert c.ledger.suspicion(one.settings(space)) == 0.5 == c.ledger.suspicion(two.settings(space))
+        assert c.admissible(one, set()) is None
+        return c.admissible(two, {one})
+
+    assert verdict(0.01) is None
+    assert "unresolved crash" in (verdict(0.10) or "")

@@ -82,3 +82,23 @@ def test_a_patch_probe_on_a_configuration_that_fails_alone_is_not_blamed():
     led.record(base | {(PATCH, "r")}, CRASH, lambda s: 0.0)
     led.record(base, Outcome("rejected", step_time_s=1.0), lambda s: 0.0)
     assert "r" in led.banned_patches
+
+
+def test_suspicion_is_the_share_of_a_crash_s_open_pairs_a_candidate_holds():
+    led = FailureLedger()
+    crashed = frozenset({A, B, C, D})  # six pairs, none seen passing
+    led.record(crashed, CRASH, lambda s: 0.0)
+    assert led.suspicion(crashed - {D}) == 3 / 6  # one setting switched: the three pairs without D stay open
+    assert led.suspicion(frozenset({A, B})) == 1 / 6
+    assert led.suspicion(frozenset({("e", 1)})) == 0.0
+    led.record(frozenset({A, B, C}), OK, lambda s: 0.0)  # exonerates AB, AC, BC: only pairs with D stay open
+    assert sorted(led.suspects(crashed)) == [(A, D), (B, D), (C, D)]
+    assert led.suspicion(crashed - {D}) == 0.0 and led.suspicion(frozenset({A, D})) == 1 / 3
+
+
+def test_suspicion_of_a_one_setting_crash_is_that_setting_until_it_passes():
+    led = FailureLedger()
+    led.record(frozenset({A}), Outcome("rejected", reason="loss moved"), lambda s: 0.0)
+    assert led.suspicion(frozenset({A, B})) == 1.0
+    led.record(frozenset({A, C}), OK, lambda s: 0.0)
+    assert led.suspicion(frozenset({A, B})) == 0.0
