@@ -126,7 +126,10 @@ class FailureLedger:
         Among several, prefer the tuple implicated by the most crash records, then the most
         aggressive one (largest summed prior |effect|, ``risk``), then a canonical order.
         """
-        options = self.suspects(settings)
+        return self._pick(self.suspects(settings))
+
+    def _pick(self, options: list[Tuple_]) -> Tuple_ | None:
+        """The tuple :meth:`minimal_tuple` bans among a record's open ``options`` (None if there are none)."""
         if not options:
             return None
         risk = self.risk
@@ -154,8 +157,8 @@ class FailureLedger:
         banned: dict[tuple[str, ...], Tuple_] = {}
         self.unexplained = 0
         self._suspects = [self.suspects(rec) for rec in self.crash_records]
-        for rec in self.crash_records:
-            t = self.minimal_tuple(rec)
+        for hyps in self._suspects:
+            t = self._pick(hyps)
             if t is None:
                 self.unexplained += 1
             else:
