@@ -64,7 +64,7 @@ DEFAULT_TUNING: dict[str, Any] = {
     "patch_replaces": None,      # {patch: [patches]}: a completion of those patches, tried in their place
     "prior_revision": True,      # empirical prior revision after repeated failures / a confident failure
     "believe_followers": 3,      # busy neighbours after which a pending candidate stops standing in as incumbent
-    "suspect_share": 0.5,        # one busy candidate at a time may hold more than this share of an open crash's suspects
+    "suspect_share": 0.5,        # one busy candidate at a time may hold more than this share of a crash's open suspects
 }
 
 

@@ -149,10 +149,6 @@ class FailureLedger:
         """Per crash record (in order), its open hypotheses (:meth:`suspects`); read it, do not change it."""
         return self._suspects
 
-    def suspicion(self, settings: frozenset[Setting]) -> float:
-        """The largest of :meth:`shares` (0 with no crash record)."""
-        return max(self.shares(settings), default=0.0)
-
     def _rederive(self) -> None:
         banned: dict[tuple[str, ...], Tuple_] = {}
         self.unexplained = 0

@@ -51,3 +51,8 @@ def toy_evaluate(cand: Candidate, capacity: float = 80.0, ref_mem: float = 70.0,
     y = sum(TRUE.get((k, v), 0.0) for k, v in d.items()) + (0.006 if "p1" in cand.patches else 0) \
         + (0.007 if "p2" in cand.patches else 0)
     return Outcome("ok", step_time_s=1.0 * math.exp(-y), peak_mem_gib=mem, gpu_hours=0.1)
+
+
+def max_share(ledger, settings) -> float:
+    """The largest share of any crash record's open suspect tuples that ``settings`` holds (0 with none)."""
+    return max(ledger.shares(frozenset(settings)), default=0.0)

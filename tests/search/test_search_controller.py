@@ -12,7 +12,7 @@ from infrarsi.controller.search.promotion import decide_promotion
 from infrarsi.controller.search.runner import run_search
 from infrarsi.controller.search.space import Candidate, KnobSpec, Outcome, SearchSpace
 
-from tests.search.conftest import make_noise, toy_evaluate, toy_space
+from tests.search.conftest import make_noise, max_share, toy_evaluate, toy_space
 
 
 def ctrl_for(space=None, **kw) -> SearchController:
@@ -308,10 +308,10 @@ def test_one_near_copy_of_an_unresolved_crash_runs_at_a_time():
     assert why is not None and "unresolved crash" in why
     batch = c.ask(6)
     assert revert in batch and c.proposed_by[revert] == "revert"
-    assert sum(c.ledger.suspicion(x.settings(c.space) & sets) > 0.4 for x in batch) == 1
+    assert sum(max_share(c.ledger, x.settings(c.space) & sets) > 0.4 for x in batch) == 1
     c.tell(crashed.with_values({"workers": 2}), ok(0.4))  # compile, recompute, tree pass together: exonerated
-    assert c.ledger.suspicion(other.settings(c.space)) == 2 / 3  # the open pairs all hold workers=8 now
-    assert c.ledger.suspicion(crashed.with_values({"workers": 4}).settings(c.space)) == 0.0
+    assert max_share(c.ledger, other.settings(c.space)) == 2 / 3  # the open pairs all hold workers=8 now
+    assert max_share(c.ledger, crashed.with_values({"workers": 4}).settings(c.space)) == 0.0
 
 
 def test_near_copies_of_a_crash_among_mild_levers_may_run_side_by_side():
@@ -324,7 +324,7 @@ def test_near_copies_of_a_crash_among_mild_levers_may_run_side_by_side():
         crashed = c.reference.with_values({n: True for n in "abcd"})
         c.tell(crashed, Outcome("crash", reason="unknown"))
         one, two = crashed.with_values({"a": False}), crashed.with_values({"b": False})  # both off the ban (a, b)
-        assert c.ledger.suspicion(one.settings(space)) == 0.5 == c.ledger.suspicion(two.settings(space))
+        assert max_share(c.ledger, one.settings(space)) == 0.5 == max_share(c.ledger, two.settings(space))
         assert c.admissible(one, set()) is None
         return c.admissible(two, {one})
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from infrarsi.controller.search.failures import FailureLedger
 from infrarsi.controller.search.space import PATCH, Outcome
 
+from tests.search.conftest import max_share
+
 OK = Outcome("ok", step_time_s=1.0)
 CRASH = Outcome("crash", reason="boom")
 A, B, C, D = ("a", 1), ("b", 1), ("c", 1), ("d", 1)
@@ -84,21 +86,21 @@ def test_a_patch_probe_on_a_configuration_that_fails_alone_is_not_blamed():
     assert "r" in led.banned_patches
 
 
-def test_suspicion_is_the_share_of_a_crash_s_open_pairs_a_candidate_holds():
+def test_share_of_a_crash_s_open_pairs_a_candidate_holds():
     led = FailureLedger()
     crashed = frozenset({A, B, C, D})  # six pairs, none seen passing
     led.record(crashed, CRASH, lambda s: 0.0)
-    assert led.suspicion(crashed - {D}) == 3 / 6  # one setting switched: the three pairs without D stay open
-    assert led.suspicion(frozenset({A, B})) == 1 / 6
-    assert led.suspicion(frozenset({("e", 1)})) == 0.0
+    assert max_share(led, crashed - {D}) == 3 / 6  # one setting switched: the three pairs without D stay open
+    assert max_share(led, frozenset({A, B})) == 1 / 6
+    assert max_share(led, frozenset({("e", 1)})) == 0.0
     led.record(frozenset({A, B, C}), OK, lambda s: 0.0)  # exonerates AB, AC, BC: only pairs with D stay open
     assert sorted(led.suspects(crashed)) == [(A, D), (B, D), (C, D)]
-    assert led.suspicion(crashed - {D}) == 0.0 and led.suspicion(frozenset({A, D})) == 1 / 3
+    assert max_share(led, crashed - {D}) == 0.0 and max_share(led, frozenset({A, D})) == 1 / 3
 
 
-def test_suspicion_of_a_one_setting_crash_is_that_setting_until_it_passes():
+def test_share_of_a_one_setting_crash_is_that_setting_until_it_passes():
     led = FailureLedger()
     led.record(frozenset({A}), Outcome("rejected", reason="loss moved"), lambda s: 0.0)
-    assert led.suspicion(frozenset({A, B})) == 1.0
+    assert max_share(led, frozenset({A, B})) == 1.0
     led.record(frozenset({A, C}), OK, lambda s: 0.0)
-    assert led.suspicion(frozenset({A, B})) == 0.0
+    assert max_share(led, frozenset({A, B})) == 0.0
