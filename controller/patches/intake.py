@@ -32,6 +32,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
@@ -201,6 +202,18 @@ def _path_problems(repo: Path, change: FileChange) -> str | None:
     return None
 
 
+#: CPython 3.11's AST constructor keeps its recursion counter per interpreter, not per thread, so two threads
+#: parsing at once can fail with a spurious "SystemError: AST constructor recursion depth mismatch"
+#: (python/cpython#106905).  Proposers check patches from several threads at once, so parses take turns.
+_AST_LOCK = threading.Lock()
+
+
+def _parse(source: bytes, filename: str) -> None:
+    """``ast.parse`` one file, one thread at a time (see :data:`_AST_LOCK`); raises SyntaxError."""
+    with _AST_LOCK:
+        ast.parse(source, filename=filename)
+
+
 def check_patch(repo: Path, diff_text: str, editable: list[str], frozen: list[str], max_changed_lines: int,
                 name: str = "<patch>") -> PatchInfo:
     """Check one candidate diff against ``repo``'s working files; return its :class:`PatchInfo`.
@@ -259,7 +272,7 @@ def check_patch(repo: Path, diff_text: str, editable: list[str], frozen: list[st
                 continue
             source = (work / ch.new_path).read_bytes()
             try:
-                ast.parse(source, filename=ch.new_path)
+                _parse(source, ch.new_path)
             except SyntaxError as exc:
                 raise _refuse(name, f"leaves '{ch.new_path}' unparsable (line {exc.lineno}: {exc.msg})") from None
     digest = hashlib.sha256(diff_text.encode("utf-8", "surrogateescape")).hexdigest()

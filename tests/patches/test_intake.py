@@ -227,3 +227,41 @@ def test_load_patch_dir_sorted_and_filtered(tmp_path: Path) -> None:
 ])
 def test_glob_match(path: str, pattern: str, ok: bool) -> None:
     assert glob_match(path, pattern) is ok
+
+
+def test_python_parses_take_turns_across_threads(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Proposers check patches from several threads; CPython 3.11's AST constructor is not thread-safe (a spurious
+    SystemError, python/cpython#106905, seen in CI), so intake must never run two parses at once."""
+    import ast
+    import threading
+    import time
+
+    real, active, peak, guard = ast.parse, [0], [0], threading.Lock()
+
+    def slow_parse(*args, **kwargs):
+        with guard:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.05)  # widen the window a second parse would need
+        try:
+            return real(*args, **kwargs)
+        finally:
+            with guard:
+                active[0] -= 1
+
+    monkeypatch.setattr(ast, "parse", slow_parse)
+    text = _diff(repo, {"train.py": TRAIN.replace("y = 2", "y = 3")})
+    errors: list[BaseException] = []
+
+    def check() -> None:
+        try:
+            _check(repo, text)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=check) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors and peak[0] == 1

@@ -189,7 +189,7 @@ def test_never_more_requests_in_flight_than_configured(ctx, rules, contract) -> 
             t.start()
         for t in threads:
             t.join(timeout=60)
-    assert len(outs) == 6 and all(o.ok for o in outs)
+    assert len(outs) == 6 and all(o.ok for o in outs), [o.reason for o in outs if not o.ok]
     assert s.max_active <= 2
 
 
