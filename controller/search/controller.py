@@ -136,6 +136,8 @@ class SearchController:
         self.escapes = 0
         self.blame_log: list[str] = []
         self.pre_execution_rejections = 0
+        #: (tells, records with an aggressive suspect, near-copy records per candidate): see _near_records
+        self._near_cache: tuple[int, tuple[int, ...], dict[Candidate, frozenset[int]]] = (-1, (), {})
         self.proposed_by: dict[Candidate, str] = {}  # operator that proposed each asked candidate (reports only)
         #: the read-only interface every proposal operator receives (controller/search/view.py)
         self.view = SearchView(self)
@@ -252,19 +254,29 @@ class SearchController:
         busy = set(self.outstanding) | taken
         if not busy or not self.ledger.crash_records:
             return None
-        limit = float(self.tune["suspect_share"])
-        bold = AGGRESSIVE * self.gate
-        records = [i for i, hyps in enumerate(self.ledger.open_suspects())
-                   if any(abs(self.ledger.risk(x)) >= bold for t in hyps for x in t)]
-
-        def near(c: Candidate) -> set[int]:
-            shares = self.ledger.shares(frozenset(x for x in c.settings(self.space) if x[0] != PATCH))
-            return {i for i in records if shares[i] > limit}
-
-        mine = near(cand) if records else set()
-        if mine and any(mine & near(b) for b in busy):
+        mine = self._near_records(cand)
+        if mine and any(mine & self._near_records(b) for b in busy):
+            limit = float(self.tune["suspect_share"])
             return f"a near copy of an unresolved crash is already running (over {limit:.0%} of its suspect tuples)"
         return None
+
+    def _near_records(self, cand: Candidate) -> frozenset[int]:
+        """The crash records (indices) with an aggressive suspect of which ``cand`` is a near copy.
+
+        Cached until the next tell (the ledger changes only there): admission asks it for every proposed
+        candidate and every busy one."""
+        if self._near_cache[0] != len(self.history):
+            bold = AGGRESSIVE * self.gate
+            records = tuple(i for i, hyps in enumerate(self.ledger.open_suspects())
+                            if any(abs(self.ledger.risk(x)) >= bold for t in hyps for x in t))
+            self._near_cache = (len(self.history), records, {})
+        _, records, known = self._near_cache
+        if cand not in known:
+            limit = float(self.tune["suspect_share"])
+            shares = self.ledger.shares(frozenset(x for x in cand.settings(self.space) if x[0] != PATCH)) \
+                if records else []
+            known[cand] = frozenset(i for i in records if shares[i] > limit)
+        return known[cand]
 
     # --------------------------------------------------------------------- ask
     def ask(self, q: int = 1, pending: Sequence[Candidate] = ()) -> list[Candidate]:
