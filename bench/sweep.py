@@ -1,0 +1,191 @@
+"""Per-seed sweep of the search benchmark over many landscapes and slot counts, in parallel.
+
+``infrarsi bench search`` prints medians for one landscape; tuning the controller needs the per-seed
+trials-to-90 of every cell, before and after a change, and issue 15's criterion checked against the peers.
+This script runs the same :func:`infrarsi.controller.search.benchmark.run_repeat` per (landscape, slots,
+strategy, seed) in a process pool, writes one JSON file, and can compare two such files or check the
+criterion.  The numerics are CPU-independent, so files from different machines compare seed by seed.
+
+    # run (every landscape in bench/landscapes, slots 1/4/8, 30 seeds, infrarsi only)
+    python bench/sweep.py run --strategy infrarsi --slots 1,4,8 --repeats 30 --jobs 2 --out /tmp/after.json
+    # per-cell medians and per-seed faster/slower of AFTER against BEFORE
+    python bench/sweep.py compare /tmp/before.json /tmp/after.json
+    # issue 15's "done when" for infrarsi in AFTER, against peers in PEERS (a sweep file with the peers)
+    python bench/sweep.py criterion /tmp/after.json --peers bench/results/peers-30.json
+
+File format: ``{"trials": T, "cells": {"<landscape>/<slots>/<strategy>": [score per seed]}}`` where a score is
+``{"seed", "t90", "w90", "final", "false"}`` (``t90``/``w90`` null when 90% was never reached).  A peers file
+may instead hold medians: ``{"<landscape>/<slots>/<strategy>": {"t90", "w90", "final"}}`` under ``"medians"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+PEERS = ("random", "greedy", "optuna-tpe")
+
+
+def _one(args: tuple[str, str, int, int, int]) -> tuple[str, dict]:
+    path, strategy, slots, seed, trials = args
+    from infrarsi.controller.search.benchmark import run_repeat
+    from infrarsi.controller.search.landscape import load_landscape
+
+    land = load_landscape(path)
+    s = run_repeat(land, strategy, seed, trials, land.peak_speedup(), 1, slots)
+    key = f"{Path(path).stem}/{slots}/{strategy}"
+    return key, {"seed": seed, "t90": s.trials_to_90, "w90": s.wall_hours_to_90, "final": s.final_speedup,
+                 "false": s.false_promotion}
+
+
+def _median(xs: list[float | None]) -> float | None:
+    m = statistics.median(math.inf if x is None else float(x) for x in xs)
+    return None if math.isinf(m) else m
+
+
+def medians(doc: dict) -> dict[str, dict[str, Any]]:
+    """Per-cell medians of a sweep file (or the medians a peers file states)."""
+    out = dict(doc.get("medians", {}))
+    for key, scores in doc.get("cells", {}).items():
+        out[key] = {"t90": _median([s["t90"] for s in scores]), "w90": _median([s["w90"] for s in scores]),
+                    "final": statistics.median(s["final"] for s in scores),
+                    "false": sum(bool(s["false"]) for s in scores), "n": len(scores)}
+    return out
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    names = a.landscapes.split(",") if a.landscapes else sorted(p.stem for p in (HERE / "landscapes").glob("*.py"))
+    paths = [str(HERE / "landscapes" / f"{n}.py") for n in names]
+    jobs = [(p, st, int(sl), a.seed0 + r, a.trials) for p in paths for sl in a.slots.split(",")
+            for st in a.strategy.split(",") for r in range(a.repeats)]
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    cells: dict[str, list[dict]] = {}
+    t0 = time.monotonic()
+    with ProcessPoolExecutor(a.jobs) as pool:
+        for i, (key, score) in enumerate(pool.map(_one, jobs, chunksize=1), 1):
+            cells.setdefault(key, []).append(score)
+            if i % 100 == 0 or i == len(jobs):
+                print(f"{i}/{len(jobs)} runs, {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    for scores in cells.values():
+        scores.sort(key=lambda s: s["seed"])
+    Path(a.out).write_text(json.dumps({"trials": a.trials, "cells": cells}, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {len(cells)} cells, {len(jobs)} runs to {a.out}")
+    return 0
+
+
+def _fmt(x: float | None) -> str:
+    return "—" if x is None else f"{x:g}"
+
+
+def cmd_compare(a: argparse.Namespace) -> int:
+    before, after = (json.loads(Path(p).read_text()) for p in (a.before, a.after))
+    mb, ma = medians(before), medians(after)
+    changed = 0
+    for key in sorted(ma):
+        if key not in mb:
+            continue
+        b, c = mb[key], ma[key]
+        faster = slower = 0
+        if "cells" in before and key in before["cells"]:
+            seeds_b = {s["seed"]: s["t90"] for s in before["cells"][key]}
+            for s in after["cells"][key]:
+                if s["seed"] in seeds_b:
+                    tb = math.inf if seeds_b[s["seed"]] is None else seeds_b[s["seed"]]
+                    ta = math.inf if s["t90"] is None else s["t90"]
+                    faster += ta < tb
+                    slower += ta > tb
+        same = b["t90"] == c["t90"] and abs(b["final"] - c["final"]) < 5e-4 and faster == slower == 0
+        if same and not a.all:
+            continue
+        changed += not same
+        print(f"{key:55s} t90 {_fmt(b['t90']):>5} -> {_fmt(c['t90']):>5}  final {b['final']:.3f} -> "
+              f"{c['final']:.3f}  seeds faster/slower {faster}/{slower}  false {b.get('false', 0)} -> "
+              f"{c.get('false', 0)}")
+    print(f"{changed} of {len(set(ma) & set(mb))} cells differ")
+    return 0
+
+
+def cmd_criterion(a: argparse.Namespace) -> int:
+    """Issue 15: at slots 4 and 8, infrarsi's median trials to 90 <= 1.5x its slots-1 figure and below every
+    peer's, its final >= every peer's, wall hours to 90 fall as slots grow, no false promotion.  Where neither
+    this nor the smaller slot count reaches 90% (a landscape whose right answer is the reference), the trials
+    and wall conditions hold trivially and the final and false-promotion conditions decide."""
+    ours = medians(json.loads(Path(a.sweep).read_text()))
+    peers = medians(json.loads(Path(a.peers).read_text())) if a.peers else {}
+    inf = lambda x: math.inf if x is None else x  # noqa: E731
+    held = floor = missed = 0
+    for land in sorted({k.split("/")[0] for k in ours}):
+        one = ours.get(f"{land}/1/infrarsi")
+        if one is None:
+            continue
+        prev_wall = inf(one["w90"])
+        for slots in (4, 8):
+            me = ours.get(f"{land}/{slots}/infrarsi")
+            if me is None:
+                continue
+            why, wall_only = [], True
+            if inf(me["t90"]) > 1.5 * inf(one["t90"]):
+                why.append(f"trials {_fmt(me['t90'])} > 1.5x{_fmt(one['t90'])}")
+                wall_only = False
+            for p in PEERS:
+                other = peers.get(f"{land}/{slots}/{p}")
+                if other is None:
+                    continue
+                if other["t90"] is not None and inf(me["t90"]) >= other["t90"]:
+                    why.append(f"trials {_fmt(me['t90'])} !< {p} {_fmt(other['t90'])}")
+                    wall_only = False
+                if me["final"] < other["final"] - 5e-4:
+                    why.append(f"final {me['final']:.4f} < {p} {other['final']:.4f}")
+                    wall_only = False
+            if me.get("false"):
+                why.append(f"{me['false']} false promotions")
+                wall_only = False
+            if not inf(me["w90"]) < prev_wall and not (me["w90"] is None and math.isinf(prev_wall)):
+                why.append(f"wall {_fmt(me['w90'])} !< {_fmt(None if math.isinf(prev_wall) else prev_wall)}")
+            prev_wall = inf(me["w90"])
+            if not why:
+                held += 1
+            elif wall_only:
+                floor += 1
+                print(f"floor  {land} s{slots}: {'; '.join(why)}")
+            else:
+                missed += 1
+                print(f"MISS   {land} s{slots}: {'; '.join(why)}")
+    print(f"{held} hold, {floor} fail only on wall hours, {missed} miss")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--strategy", default="infrarsi")
+    r.add_argument("--slots", default="1,4,8")
+    r.add_argument("--landscapes", default="", help="comma-separated stems; default: all of bench/landscapes")
+    r.add_argument("--repeats", type=int, default=30)
+    r.add_argument("--seed0", type=int, default=0)
+    r.add_argument("--trials", type=int, default=32)
+    r.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    r.add_argument("--out", required=True)
+    c = sub.add_parser("compare")
+    c.add_argument("before")
+    c.add_argument("after")
+    c.add_argument("--all", action="store_true", help="print unchanged cells too")
+    k = sub.add_parser("criterion")
+    k.add_argument("sweep")
+    k.add_argument("--peers", default=str(HERE / "results" / "peers-30.json"))
+    a = ap.parse_args(argv)
+    return {"run": cmd_run, "compare": cmd_compare, "criterion": cmd_criterion}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
