@@ -5,7 +5,10 @@
   excluded only after it has failed with ``exclude_after`` distinct saver sets.
 * Non-memory crash (or a numerical rejection of a patch-free candidate): ban
   only the minimal conflict tuple - the smallest co-occurring pair (else
-  triple) of its settings absent from every passing run.  Bans are re-derived
+  triple) of its settings absent from every passing run.  A setting that
+  crashed alone is banned outright, unless it also crashed beside partners:
+  then it may need one of them (unpadding needs flash attention) and stays
+  open (:meth:`FailureLedger._needs_partner`).  Bans are re-derived
   from all records after each observation, so a tuple later seen passing is
   exonerated, and a tuple implicated by several crashes wins ties.  The ban is one
   guess among the record's open tuples (:meth:`FailureLedger.suspects`); how much of
@@ -112,13 +115,23 @@ class FailureLedger:
         one-setting record) that no passing run contains: the hypotheses a crash of ``settings`` leaves open."""
         if len(settings) == 1:
             only = next(iter(settings))
-            return [] if any(only in p for p in self.passing) else [(only,)]
+            if any(only in p for p in self.passing) or self._needs_partner(only):
+                return []
+            return [(only,)]
         for size in (2, 3):
             options = [_canon_tuple(t) for t in combinations(settings, size)
                        if not any(set(t) <= p for p in self.passing)]
             if options:
                 return options
         return []
+
+    def _needs_partner(self, setting: Setting) -> bool:
+        """Whether a crash of ``setting`` alone leaves it open as "needs a partner" rather than broken: it
+        crashed alone (not a numerics rejection) after crashing in a record beside other settings, so the
+        one-setting crash is as well explained by a missing requirement (unpadding needs flash attention) as
+        by the setting being broken, and banning it outright would lose it for good."""
+        return ((frozenset((setting,)), "crash") in self.config_failures
+                and any(setting in r and len(r) > 1 for r in self.crash_records))
 
     def minimal_tuple(self, settings: frozenset[Setting]) -> Tuple_ | None:
         """Smallest pair/triple of ``settings`` absent from all passing runs (None if none).

@@ -104,3 +104,30 @@ def test_share_of_a_one_setting_crash_is_that_setting_until_it_passes():
     assert max_share(led, frozenset({A, B})) == 1.0
     led.record(frozenset({A, C}), OK, lambda s: 0.0)
     assert max_share(led, frozenset({A, B})) == 0.0
+
+
+def test_a_setting_that_crashed_alone_first_is_banned_outright():
+    led = FailureLedger()
+    led.record(frozenset({A}), CRASH, lambda s: 0.0)
+    assert led.blocked(frozenset({A, B})) is not None
+
+
+def test_a_setting_that_crashed_beside_partners_and_then_alone_stays_open_as_needing_one():
+    # the requires dependency: A (unpadding) crashes with C (compile); alone it crashes too, because it needs B
+    # (flash attention).  Banning A outright would lose A + B for good.
+    led = FailureLedger()
+    led.record(frozenset({A, B, C}), CRASH, lambda s: 0.0)
+    led.record(frozenset({A}), CRASH, lambda s: 0.0)
+    assert (A,) not in led.banned
+    assert led.blocked(frozenset({A, D})) is None, "A itself is not banned"
+    assert led.summary()["banned_tuples"], "the first crash's conflict is still banned"
+
+
+def test_a_setting_rejected_alone_after_crashing_beside_partners_is_still_banned():
+    # a numerics rejection is the setting's own doing, partner or not
+    led = FailureLedger()
+    led.record(frozenset({A, B, C}), CRASH, lambda s: 0.0)
+    led.record(frozenset({A}), Outcome("rejected", reason="loss moved"), lambda s: 0.0)
+    assert (A,) in led.banned
+    assert led.blocked(frozenset({A, D})) is not None
+
