@@ -12,6 +12,9 @@ criterion.  The numerics are CPU-independent, so files from different machines c
     python bench/sweep.py compare /tmp/before.json /tmp/after.json
     # issue 15's "done when" for infrarsi in AFTER, against peers in PEERS (a sweep file with the peers)
     python bench/sweep.py criterion /tmp/after.json --peers bench/results/peers-30.json
+    # the transfer benchmark's 8 directions, every mode, per seed; issue 13's criterion
+    python bench/sweep.py transfer --repeats 30 --jobs 2 --out /tmp/transfer.json
+    python bench/sweep.py transfer-criterion /tmp/transfer.json
 
 File format: ``{"trials": T, "cells": {"<landscape>/<slots>/<strategy>": [score per seed]}}`` where a score is
 ``{"seed", "t90", "w90", "final", "false"}`` (``t90``/``w90`` null when 90% was never reached).  A peers file
@@ -47,6 +50,26 @@ def _one(args: tuple[str, str, int, int, int]) -> tuple[str, dict]:
                  "false": s.false_promotion}
 
 
+#: the transfer directions of bench/RESULTS.md (source, target), both ways for every pair
+DIRECTIONS = tuple((a, b) for x, y in (("transfer_h20_gpt7b", "transfer_h200_gpt7b"),
+                                       ("transfer_h20_llama8b", "transfer_h100_llama8b"),
+                                       ("transfer_h20_mixtral", "transfer_h100_mixtral"),
+                                       ("transfer_l40s_qwen7b", "transfer_b200_qwen7b")) for a, b in ((x, y), (y, x)))
+
+
+def _one_transfer(args: tuple[str, str, int, int]) -> list[tuple[str, dict]]:
+    source, target, seed, trials = args
+    from infrarsi.controller.experience.transfer import MODES, run_transfer
+    from infrarsi.controller.search.landscape import load_landscape
+
+    res = run_transfer(load_landscape(HERE / "landscapes" / f"{source}.py"),
+                       load_landscape(HERE / "landscapes" / f"{target}.py"), tuple(MODES), trials=trials,
+                       repeats=1, seed0=seed)
+    return [(f"{source}->{target}/{mode}", {"seed": seed, "t90": m["median_trials_to_90"], "w90": None,
+                                              "final": m["median_final_speedup"], "false": m["false_promotions"]})
+            for mode, m in res["modes"].items()]
+
+
 def _median(xs: list[float | None]) -> float | None:
     m = statistics.median(math.inf if x is None else float(x) for x in xs)
     return None if math.isinf(m) else m
@@ -79,6 +102,46 @@ def cmd_run(a: argparse.Namespace) -> int:
         scores.sort(key=lambda s: s["seed"])
     Path(a.out).write_text(json.dumps({"trials": a.trials, "cells": cells}, indent=1, sort_keys=True) + "\n")
     print(f"wrote {len(cells)} cells, {len(jobs)} runs to {a.out}")
+    return 0
+
+
+def cmd_transfer(a: argparse.Namespace) -> int:
+    jobs = [(src, tgt, a.seed0 + r, a.trials) for src, tgt in DIRECTIONS for r in range(a.repeats)]
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    cells: dict[str, list[dict]] = {}
+    t0 = time.monotonic()
+    with ProcessPoolExecutor(a.jobs) as pool:
+        for i, rows in enumerate(pool.map(_one_transfer, jobs, chunksize=1), 1):
+            for key, score in rows:
+                cells.setdefault(key, []).append(score)
+            if i % 20 == 0 or i == len(jobs):
+                print(f"{i}/{len(jobs)} repeats, {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    for scores in cells.values():
+        scores.sort(key=lambda s: s["seed"])
+    Path(a.out).write_text(json.dumps({"trials": a.trials, "cells": cells}, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {len(cells)} cells, {len(jobs)} repeats to {a.out}")
+    return 0
+
+
+def cmd_transfer_criterion(a: argparse.Namespace) -> int:
+    """Issue 13: bank-filtered reaches 90% in fewer median trials than cold and than bank-all, no false
+    promotion."""
+    m = medians(json.loads(Path(a.sweep).read_text()))
+    inf = lambda x: math.inf if x is None else x  # noqa: E731
+    held = 0
+    for src, tgt in DIRECTIONS:
+        row = {mode: m.get(f"{src}->{tgt}/{mode}") for mode in ("cold", "bank-all", "bank-filtered")}
+        if any(v is None for v in row.values()):
+            continue
+        f = row["bank-filtered"]
+        ok = inf(f["t90"]) < inf(row["cold"]["t90"]) and inf(f["t90"]) < inf(row["bank-all"]["t90"]) \
+            and not any(v["false"] for v in row.values())
+        held += ok
+        print(f"{'holds' if ok else 'MISS '} {src} -> {tgt}: cold {_fmt(row['cold']['t90'])}, bank-all "
+              f"{_fmt(row['bank-all']['t90'])}, filtered {_fmt(f['t90'])} (finals {row['cold']['final']:.3f} / "
+              f"{row['bank-all']['final']:.3f} / {f['final']:.3f}; false "
+              f"{sum(v['false'] for v in row.values())})")
+    print(f"{held} of {len(DIRECTIONS)} directions hold")
     return 0
 
 
@@ -183,8 +246,17 @@ def main(argv: list[str] | None = None) -> int:
     k = sub.add_parser("criterion")
     k.add_argument("sweep")
     k.add_argument("--peers", default=str(HERE / "results" / "peers-30.json"))
+    t = sub.add_parser("transfer", help="every direction of DIRECTIONS, every mode, per seed")
+    t.add_argument("--repeats", type=int, default=30)
+    t.add_argument("--seed0", type=int, default=0)
+    t.add_argument("--trials", type=int, default=30)
+    t.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    t.add_argument("--out", required=True)
+    tc = sub.add_parser("transfer-criterion")
+    tc.add_argument("sweep")
     a = ap.parse_args(argv)
-    return {"run": cmd_run, "compare": cmd_compare, "criterion": cmd_criterion}[a.cmd](a)
+    return {"run": cmd_run, "compare": cmd_compare, "criterion": cmd_criterion, "transfer": cmd_transfer,
+            "transfer-criterion": cmd_transfer_criterion}[a.cmd](a)
 
 
 if __name__ == "__main__":
