@@ -494,8 +494,10 @@ def conflicts(observations: Iterable[Observation], environments: Mapping[str, En
               knobs: Sequence[TargetKnob], mode: Mode = "filtered") -> list[dict[str, Any]]:
     """Known conflicts for the search: ``{"conflict": [[knob, value], ...]}`` per minimal conflict tuple that maps
     onto target settings (every (mechanism, canonical value) onto a non-reference value of a target knob).  A known
-    conflict is a hard ban in the search, so in ``filtered`` a crash tuple is carried only when the source pinned
-    it down (:func:`_pinned`).
+    conflict is a hard ban in the search, so in ``filtered`` a crash tuple is carried as one only when the source
+    pinned it down (:func:`_pinned`); a tuple the source blamed without pinning it down is carried as a *suspect*,
+    ``{"suspect": [[knob, value], ...]}``: no ban, only the failure ledger's first guess when a crash of the target
+    leaves it open beside other tuples equally implicated (FP8 beside grouped GEMM rather than beside flash).
 
     ``filtered``: only from observations that cover every mechanism of the tuple (for a crash, FP8 counts as an
     ordinary kernel mechanism: the crash of a kernel combination is the software's, not the SKU's); a conflict of an
@@ -510,12 +512,13 @@ def conflicts(observations: Iterable[Observation], environments: Mapping[str, En
         env = environments.get(o.environment)
         is_oom = o.oom_shortfall_gib is not None or str(o.verdicts.get("outcome", "")) == "oom"
         for tup in o.conflicts:
+            kind = "conflict"
             if mode == "filtered" and not is_oom:
                 key = _tuple_key(tup)
                 if key not in pinned:  # the same tuple recurs across a campaign's crashes: judged once
                     pinned[key] = _pinned(tup, observations, environments)
                 if not pinned[key]:
-                    continue
+                    kind = "suspect"
             settings = []
             for mech, canon in tup:
                 k = by_mech.get(mech)
@@ -533,10 +536,10 @@ def conflicts(observations: Iterable[Observation], environments: Mapping[str, En
                                                       target.gpu_mem_gib is None or
                                                       target.gpu_mem_gib > env.gpu_mem_gib):
                     continue
-                key = tuple(sorted((n, value_key(v)) for n, v in settings))
+                key = (kind, *sorted((n, value_key(v)) for n, v in settings))
                 if key not in seen:
                     seen.add(key)
-                    out.append({"conflict": [list(s) for s in sorted(settings, key=lambda s: (s[0], value_key(s[1])))]})
+                    out.append({kind: [list(s) for s in sorted(settings, key=lambda s: (s[0], value_key(s[1])))]})
     return out
 
 
@@ -549,8 +552,8 @@ def search_experience(effects: Iterable[Effect], observations: Iterable[Observat
     plus the coverage grade of every knob.
 
     Records: the experience start (``{"config", "speedup"}``), one prior per setting with records
-    (``{"knob", "value", "log_speedup", "prior_sd"[, "mem_gib", "mem_sd"]}``), and known conflicts
-    (``{"conflict": [...]}``)."""
+    (``{"knob", "value", "log_speedup", "prior_sd"[, "mem_gib", "mem_sd"]}``), known conflicts
+    (``{"conflict": [...]}``) and suspected ones (``{"suspect": [...]}``, :func:`conflicts`)."""
     observations = list(observations)
     got = retrieve(effects, target, knobs, mode, environments)
     records: list[dict[str, Any]] = []

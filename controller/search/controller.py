@@ -82,8 +82,10 @@ class SearchController:
             first start), ``{"knob", "value", "log_speedup"}`` (sets that setting's prior mean; with
             ``"prior_sd"`` it is a retrieved prior, mean and SD as given, see
             :mod:`infrarsi.controller.experience.retrieval`; with ``"mem_gib"``/``"mem_sd"`` it also sets the
-            memory model's prior delta of that setting) or ``{"conflict": [[knob, value], ...]}`` (a known
-            conflict).  Priors only: observations of this campaign govern the posterior.
+            memory model's prior delta of that setting), ``{"conflict": [[knob, value], ...]}`` (a known
+            conflict) or ``{"suspect": [[knob, value], ...]}`` (a tuple another campaign blamed without pinning
+            it down: the failure ledger's first guess among equally implicated tuples, never a ban).  Priors
+            only: observations of this campaign govern the posterior.
         phase_shares: profiled time per phase; a knob whose ``mechanism`` names phases
             (``"optimizer"`` or ``"forward+backward"``) gets its prior capped by the Amdahl ceiling.
         tuning: overrides of :data:`DEFAULT_TUNING`; unknown keys raise ValueError.
@@ -111,7 +113,9 @@ class SearchController:
         self.fmap = FeatureMap(space)
         known = [tuple(tuple(s) for s in t) for t in self.tune["known_conflicts"]]
         known += [tuple(tuple(s) for s in r["conflict"]) for r in self.experience if "conflict" in r]
-        self.ledger = FailureLedger(exclude_after=int(self.tune["exclude_after"]), known_conflicts=known)
+        hints = [tuple(tuple(s) for s in r["suspect"]) for r in self.experience if "suspect" in r]
+        self.ledger = FailureLedger(exclude_after=int(self.tune["exclude_after"]), known_conflicts=known,
+                                    suspected=hints)
         self.prior_mu, self.prior_sd = self._knob_priors()
         #: settings whose prior came from experience measured elsewhere (retrieved at distance > 0): prior mean
         self.transferred: dict[Setting, float] = {

@@ -48,6 +48,8 @@ class FailureLedger:
 
     exclude_after: int = 3
     known_conflicts: list[Tuple_] = field(default_factory=list)
+    #: tuples another campaign blamed for a crash without pinning them down: no ban, a tie-breaker (:meth:`_pick`)
+    suspected: list[Tuple_] = field(default_factory=list)
     passing: list[frozenset[Setting]] = field(default_factory=list)
     crash_records: list[frozenset[Setting]] = field(default_factory=list)
     needs_saver: dict[Setting, float] = field(default_factory=dict)
@@ -136,8 +138,9 @@ class FailureLedger:
     def minimal_tuple(self, settings: frozenset[Setting]) -> Tuple_ | None:
         """Smallest pair/triple of ``settings`` absent from all passing runs (None if none).
 
-        Among several, prefer the tuple implicated by the most crash records, then the most
-        aggressive one (largest summed prior |effect|, ``risk``), then a canonical order.
+        Among several, prefer the tuple implicated by the most crash records, then one another campaign
+        suspected (``suspected``), then the most aggressive one (largest summed prior |effect|, ``risk``), then
+        a canonical order.
         """
         return self._pick(self.suspects(settings))
 
@@ -146,10 +149,11 @@ class FailureLedger:
         if not options:
             return None
         risk = self.risk
+        hinted = {_tkey(t) for t in self.suspected}
 
         def score(t: Tuple_) -> tuple:
             hits = sum(1 for r in self.crash_records if set(t) <= r)
-            return (-hits, -sum(abs(risk(s)) for s in t), _tkey(t))
+            return (-hits, _tkey(t) not in hinted, -sum(abs(risk(s)) for s in t), _tkey(t))
         return min(options, key=score)
 
     def shares(self, settings: frozenset[Setting]) -> list[float]:

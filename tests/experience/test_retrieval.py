@@ -234,16 +234,51 @@ def test_fp8_crash_conflict_transfers_across_skus_not_its_sign() -> None:
     assert "log_speedup" not in p and p["coverage"] == "partial"
 
 
-def test_a_crash_conflict_transfers_only_when_the_source_pinned_it() -> None:
-    """A known conflict is a hard ban in the search: a crash tuple is carried only when the source's passing runs
-    rule out every other pair of that crash (its ledger picks one among several otherwise)."""
+def test_a_crash_conflict_transfers_as_a_ban_only_when_the_source_pinned_it() -> None:
+    """A known conflict is a hard ban in the search: a crash tuple is carried as one only when the source's passing
+    runs rule out every other pair of that crash (its ledger picks one among several otherwise); until then it is
+    carried as a suspect, which bans nothing."""
     crash = {"graph_compile": "on", "attention_kernel": "flash", "micro_batch": "8"}
     tup = (("graph_compile", "on"), ("attention_kernel", "flash"))
     obs = [_obs("c", crash, None, outcome="crash", conflicts=(tup,)),
            _obs("a", {"graph_compile": "on", "micro_batch": "8"}, 1.0)]
     envs = {H20.digest(): H20}
-    assert conflicts(obs, envs, H200, KNOBS, "filtered") == []          # flash x mbs 8 is as likely
+    # flash x mbs 8 is as likely: a suspect only
+    assert conflicts(obs, envs, H200, KNOBS, "filtered") == [{"suspect": [["attn_impl", "flash"],
+                                                                           ["compile", "inductor"]]}]
     assert len(conflicts(obs, envs, H200, KNOBS, "all")) == 1
     obs.append(_obs("b", {"attention_kernel": "flash", "micro_batch": "8"}, 1.0))
     assert conflicts(obs, envs, H200, KNOBS, "filtered") == [{"conflict": [["attn_impl", "flash"],
                                                                             ["compile", "inductor"]]}]
+
+
+def test_a_suspect_steers_the_target_ledger_s_first_guess_and_bans_nothing() -> None:
+    """The attack on transfer this stops: the source's ambiguous blame (FP8 x grouped GEMM, not provable from its
+    passing runs) is dropped, so the target's first FP8 crash is blamed on the most aggressive partner (flash)
+    and FP8 stays behind grouped GEMM.  As a suspect it decides that tie, and bans nothing on its own."""
+    import numpy as np
+
+    from infrarsi.controller.search.controller import SearchController
+    from infrarsi.controller.search.space import KnobSpec, Outcome, SearchSpace
+    from infrarsi.surrogate.noise import calibrate
+
+    space = SearchSpace((KnobSpec("compile", ("none", "inductor"), "none"),
+                         KnobSpec("attn_impl", ("sdpa", "flash"), "sdpa"), KnobSpec("mbs", (1, 8), 1)))
+    rng = np.random.default_rng(0)
+    noise = calibrate([np.exp(rng.normal(0, 0.01, 24)) for _ in range(3)])
+    priors = [{"knob": "attn_impl", "value": "flash", "log_speedup": 0.3, "prior_sd": 0.1},
+              {"knob": "compile", "value": "inductor", "log_speedup": 0.05, "prior_sd": 0.1},
+              {"knob": "mbs", "value": 8, "log_speedup": 0.1, "prior_sd": 0.1}]
+    crash = frozenset({("compile", "inductor"), ("attn_impl", "flash"), ("mbs", 8)})
+
+    def first_ban(experience: list[dict]) -> set:
+        ctrl = SearchController(space, noise, 1.0, 80.0, seed=0, experience=experience)
+        assert ctrl.ledger.blocked(frozenset({("compile", "inductor"), ("mbs", 8)})) is None
+        ctrl.ledger.record(crash, Outcome("crash", reason="boom"), lambda s: 0.0)
+        (ban,) = ctrl.ledger.banned
+        return set(ban)
+
+    # without the hint the two most aggressive settings are blamed
+    assert first_ban(priors) == {("attn_impl", "flash"), ("mbs", 8)}
+    hint = {"suspect": [["compile", "inductor"], ["mbs", 8]]}
+    assert first_ban(priors + [hint]) == {("compile", "inductor"), ("mbs", 8)}

@@ -131,3 +131,11 @@ def test_a_setting_rejected_alone_after_crashing_beside_partners_is_still_banned
     assert (A,) in led.banned
     assert led.blocked(frozenset({A, D})) is not None
 
+
+def test_a_suspected_tuple_breaks_a_tie_but_never_outranks_this_campaign_s_crashes():
+    led = FailureLedger(suspected=[(A, C)], risk=lambda s: {B: 1.0}.get(s, 0.0))
+    assert led.blocked(frozenset({A, C})) is None, "a suspect alone bans nothing"
+    led.record(frozenset({A, B, C}), CRASH, lambda s: 0.0)
+    assert [set(t) for t in led.banned] == [{A, C}]  # without the hint, B's risk would pick a pair with B
+    led.record(frozenset({B, C, D}), CRASH, lambda s: 0.0)
+    assert {B, C} in [set(t) for t in led.banned], "two crashes implicating B x C outrank the hint"
