@@ -40,7 +40,7 @@ from infrarsi.controller.experience.retrieval import (TargetKnob, reference_stat
 from infrarsi.controller.search.benchmark import SimulatedCampaign, _median_or_none, score_campaign, simulate_campaign
 from infrarsi.controller.search.failures import FailureLedger
 from infrarsi.controller.search.landscape import Landscape
-from infrarsi.controller.search.space import Candidate, SearchSpace
+from infrarsi.controller.search.space import Candidate, SearchSpace, Setting, settings_key
 
 #: transfer modes and the retrieval mode each uses (None: no bank)
 MODES: dict[str, str | None] = {"cold": None, "bank-all": "all", "bank-filtered": "filtered"}
@@ -78,6 +78,21 @@ def _canonical(knobs: Sequence[TargetKnob], config: dict[str, Any]) -> dict[str,
     return {k.mechanism: k.canonical_of(config[k.name]) for k in knobs if k.mechanism and k.name in config}
 
 
+def _search_conflicts(camp: SimulatedCampaign, space: SearchSpace) -> list[tuple[Setting, ...]]:
+    """The minimal conflict tuples the search's own failure ledger ended with, as the real write-back takes them
+    (:func:`.writeback.search_conflicts`): its ties are broken by the search's priors and experience.  A search
+    without a ledger in its summary (a baseline strategy) gets one rebuilt from its trials, ties broken by name."""
+    named = camp.result.summary.get("banned_tuples")
+    if named is None:
+        ledger = FailureLedger()
+        for cand, o in camp.result.trials:
+            ledger.record(cand.settings(space), o, lambda _s: 0.0)
+        return [tuple(sorted(t, key=lambda s: (s[0], str(s[1])))) for t in ledger.banned]
+    by_key = {settings_key(st): st for cand, _ in camp.result.trials for st in cand.settings(space)}
+    return [tuple(sorted((by_key[k] for k in t), key=lambda s: (s[0], str(s[1]))))
+            for t in named if all(k in by_key for k in t)]
+
+
 def campaign_records(land: Landscape, camp: SimulatedCampaign, label: str) -> tuple[Environment, list[Observation],
                                                                                     list[Effect]]:
     """Verified write-back of one simulated campaign (see the module docstring)."""
@@ -89,10 +104,7 @@ def campaign_records(land: Landscape, camp: SimulatedCampaign, label: str) -> tu
     ref = space.reference()
     gate = float(camp.noise.big_knob_gate)
     sigma = float(camp.noise.sigma_pair)
-    ledger = FailureLedger()
-    for cand, o in camp.result.trials:
-        ledger.record(cand.settings(space), o, lambda _s: 0.0)
-    banned = [tuple(sorted(t, key=lambda s: (s[0], str(s[1])))) for t in ledger.banned]
+    banned = _search_conflicts(camp, space)
     observations: list[Observation] = []
     ok: list[tuple[Candidate, float, str, float | None]] = [(ref, camp.t0, "reference", camp.reference_peak_mem_gib)]
     for i, (cand, o) in enumerate(camp.result.trials):

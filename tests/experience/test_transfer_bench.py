@@ -71,6 +71,18 @@ def test_simulated_write_back_is_verified_and_noise_gated() -> None:
     assert [e.key for e in effs2] == [e.key for e in effs] and [o.trial for o in obs2] == [o.trial for o in obs]
 
 
+def test_simulated_write_back_records_the_search_s_own_conflicts() -> None:
+    """As the real write-back does (``writeback.search_conflicts``): the conflict tuples are the search's own
+    ledger's, whose ties its priors break, not a ledger rebuilt without them (which blamed FP8 beside the
+    all-to-all dispatcher for Mixtral's FP8 x grouped GEMM crash: seed 15 of the H100 source)."""
+    land = load_landscape(LANDS / "transfer_h100_mixtral.py")
+    camp = simulate_campaign(land, "infrarsi", 15, 30)
+    _, obs, _ = campaign_records(land, camp, "src")
+    written = {frozenset(c) for o in obs for c in o.conflicts}
+    assert frozenset({("low_precision_gemm", "on"), ("grouped_gemm", "on")}) in written
+    assert len(camp.result.summary["banned_tuples"]) == len(written)
+
+
 def test_run_transfer_json_shape() -> None:
     res = run_transfer(load_landscape(H20), load_landscape(H200), trials=6, repeats=1)
     assert res["source"] == "transfer_h20_gpt7b" and res["target"] == "transfer_h200_gpt7b"
