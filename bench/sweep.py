@@ -85,42 +85,36 @@ def medians(doc: dict) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _pool(a: argparse.Namespace, fn: Any, jobs: list, unit: str, every: int) -> int:
+    """Run ``fn`` over ``jobs`` in ``a.jobs`` processes (each returns one ``(cell, score)`` or a list of them),
+    report progress on stderr, and write the sweep file ``a.out`` with every cell's scores in seed order."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    cells: dict[str, list[dict]] = {}
+    t0 = time.monotonic()
+    with ProcessPoolExecutor(a.jobs) as pool:
+        for i, rows in enumerate(pool.map(fn, jobs, chunksize=1), 1):
+            for key, score in rows if isinstance(rows, list) else [rows]:
+                cells.setdefault(key, []).append(score)
+            if i % every == 0 or i == len(jobs):
+                print(f"{i}/{len(jobs)} {unit}, {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    for scores in cells.values():
+        scores.sort(key=lambda s: s["seed"])
+    Path(a.out).write_text(json.dumps({"trials": a.trials, "cells": cells}, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {len(cells)} cells, {len(jobs)} {unit} to {a.out}")
+    return 0
+
+
 def cmd_run(a: argparse.Namespace) -> int:
     names = a.landscapes.split(",") if a.landscapes else sorted(p.stem for p in (HERE / "landscapes").glob("*.py"))
     paths = [str(HERE / "landscapes" / f"{n}.py") for n in names]
     jobs = [(p, st, int(sl), a.seed0 + r, a.trials) for p in paths for sl in a.slots.split(",")
             for st in a.strategy.split(",") for r in range(a.repeats)]
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    cells: dict[str, list[dict]] = {}
-    t0 = time.monotonic()
-    with ProcessPoolExecutor(a.jobs) as pool:
-        for i, (key, score) in enumerate(pool.map(_one, jobs, chunksize=1), 1):
-            cells.setdefault(key, []).append(score)
-            if i % 100 == 0 or i == len(jobs):
-                print(f"{i}/{len(jobs)} runs, {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
-    for scores in cells.values():
-        scores.sort(key=lambda s: s["seed"])
-    Path(a.out).write_text(json.dumps({"trials": a.trials, "cells": cells}, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {len(cells)} cells, {len(jobs)} runs to {a.out}")
-    return 0
+    return _pool(a, _one, jobs, "runs", every=100)
 
 
 def cmd_transfer(a: argparse.Namespace) -> int:
     jobs = [(src, tgt, a.seed0 + r, a.trials) for src, tgt in DIRECTIONS for r in range(a.repeats)]
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    cells: dict[str, list[dict]] = {}
-    t0 = time.monotonic()
-    with ProcessPoolExecutor(a.jobs) as pool:
-        for i, rows in enumerate(pool.map(_one_transfer, jobs, chunksize=1), 1):
-            for key, score in rows:
-                cells.setdefault(key, []).append(score)
-            if i % 20 == 0 or i == len(jobs):
-                print(f"{i}/{len(jobs)} repeats, {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
-    for scores in cells.values():
-        scores.sort(key=lambda s: s["seed"])
-    Path(a.out).write_text(json.dumps({"trials": a.trials, "cells": cells}, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {len(cells)} cells, {len(jobs)} repeats to {a.out}")
-    return 0
+    return _pool(a, _one_transfer, jobs, "repeats", every=20)
 
 
 def cmd_transfer_criterion(a: argparse.Namespace) -> int:

@@ -1,0 +1,59 @@
+"""bench/sweep.py: per-seed sweeps equal the benchmark's own medians, compare and the criterion read them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from infrarsi.controller.search.benchmark import run_benchmark
+from infrarsi.controller.search.landscape import load_landscape
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    from bench import sweep as mod  # an importable module: the process pool pickles its functions by name
+
+    return mod
+
+
+def test_a_sweep_s_medians_are_the_benchmark_s(sweep, tmp_path: Path) -> None:
+    out = tmp_path / "s.json"
+    assert sweep.main(["run", "--landscapes", "heldout_gpt_mig40", "--slots", "1,4", "--repeats", "3",
+                       "--jobs", "1", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert sorted(doc["cells"]) == ["heldout_gpt_mig40/1/infrarsi", "heldout_gpt_mig40/4/infrarsi"]
+    assert [s["seed"] for s in doc["cells"]["heldout_gpt_mig40/4/infrarsi"]] == [0, 1, 2]
+    land = load_landscape(BENCH / "landscapes" / "heldout_gpt_mig40.py")
+    for slots in (1, 4):
+        ref = run_benchmark(land, ["infrarsi"], trials=32, repeats=3, slots=slots)["strategies"]["infrarsi"]
+        got = sweep.medians(doc)[f"heldout_gpt_mig40/{slots}/infrarsi"]
+        assert got["t90"] == ref["median_trials_to_90"] and got["final"] == ref["median_final_speedup"]
+        assert got["w90"] == pytest.approx(ref["median_wall_hours_to_90"])
+
+
+def test_compare_counts_seeds_and_the_criterion_names_a_miss(sweep, tmp_path: Path, capsys) -> None:
+    def cell(t90s, w90s, final=2.0):
+        return [{"seed": i, "t90": t, "w90": w, "final": final, "false": False}
+                for i, (t, w) in enumerate(zip(t90s, w90s))]
+
+    before = {"cells": {"x/1/infrarsi": cell([4, 4, 4], [1.0, 1.0, 1.0]),
+                        "x/4/infrarsi": cell([5, 5, 5], [0.5, 0.5, 0.5])}}
+    after = {"cells": {"x/1/infrarsi": cell([4, 4, 4], [1.0, 1.0, 1.0]),
+                       "x/4/infrarsi": cell([3, 9, None], [0.3, 0.9, None])}}
+    peers = {"medians": {"x/4/random": {"t90": 8, "w90": 0.4, "final": 2.5, "false": 0}}}
+    paths = {}
+    for name, doc in (("before", before), ("after", after), ("peers", peers)):
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(json.dumps(doc))
+    sweep.main(["compare", str(paths["before"]), str(paths["after"])])
+    out = capsys.readouterr().out
+    assert "x/4/infrarsi" in out and "faster/slower 1/2" in out and "1 of 2 cells differ" in out
+    sweep.main(["criterion", str(paths["after"]), "--peers", str(paths["peers"])])
+    out = capsys.readouterr().out
+    # 9 trials > 1.5 x 4, not below random's 8, final 2.0 below random's 2.5
+    assert "MISS   x s4: trials 9 > 1.5x4; trials 9 !< random 8; final 2.0000 < random 2.5000" in out
+    assert "0 hold, 0 fail only on wall hours, 1 miss" in out
