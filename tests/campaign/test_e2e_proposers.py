@@ -111,7 +111,9 @@ def test_campaign_with_a_stub_llm_and_a_scripted_agent(tmp_path: Path) -> None:
 
     # the good patch was verified and promoted (with the reason when this machine's noise forbade it)
     assert any(t["outcome"] == "ok" and good_name in t["patches"] for t in result["trials"] if t["stage"] == "search")
-    sigma = result["reference"]["sigma_pair"]
+    # quiet means quiet through the promotion too: its margin comes from sigma_pair pooled over every repeat
+    # (noise_bound), which load during the re-runs raises above the doctor's estimate
+    sigma = max(result["reference"]["sigma_pair"], (result.get("noise_bound") or {}).get("sigma_pair") or 0.0)
     if result["promoted"] is not None or sigma < 0.05:
         assert result["promoted"] is not None, result["reason"]
         assert good_name in result["promoted"]["patches"] and result["delivered_speedup"] > 1.0
