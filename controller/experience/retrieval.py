@@ -496,8 +496,9 @@ def conflicts(observations: Iterable[Observation], environments: Mapping[str, En
     onto target settings (every (mechanism, canonical value) onto a non-reference value of a target knob).  A known
     conflict is a hard ban in the search, so in ``filtered`` a crash tuple is carried as one only when the source
     pinned it down (:func:`_pinned`); a tuple the source blamed without pinning it down is carried as a *suspect*,
-    ``{"suspect": [[knob, value], ...]}``: no ban, only the failure ledger's first guess when a crash of the target
-    leaves it open beside other tuples equally implicated (FP8 beside grouped GEMM rather than beside flash).
+    ``{"suspect": [[knob, value], ...]}``: no ban; the search avoids it until its own ledger explains a crash of one
+    of its settings otherwise, and the ledger blames it first when a crash of the target leaves it open beside
+    other tuples equally implicated (FP8 beside grouped GEMM rather than beside flash).
 
     ``filtered``: only from observations that cover every mechanism of the tuple (for a crash, FP8 counts as an
     ordinary kernel mechanism: the crash of a kernel combination is the software's, not the SKU's); a conflict of an

@@ -84,8 +84,9 @@ class SearchController:
             :mod:`infrarsi.controller.experience.retrieval`; with ``"mem_gib"``/``"mem_sd"`` it also sets the
             memory model's prior delta of that setting), ``{"conflict": [[knob, value], ...]}`` (a known
             conflict) or ``{"suspect": [[knob, value], ...]}`` (a tuple another campaign blamed without pinning
-            it down: the failure ledger's first guess among equally implicated tuples, never a ban).  Priors
-            only: observations of this campaign govern the posterior.
+            it down: avoided until this campaign's ledger explains a crash of one of its settings otherwise, and
+            the ledger's first guess among equally implicated tuples; never a ban).  Priors only: observations
+            of this campaign govern the posterior.
         phase_shares: profiled time per phase; a knob whose ``mechanism`` names phases
             (``"optimizer"`` or ``"forward+backward"``) gets its prior capped by the Amdahl ceiling.
         tuning: overrides of :data:`DEFAULT_TUNING`; unknown keys raise ValueError.
@@ -240,9 +241,24 @@ class SearchController:
         why = self._second_near_copy(cand, taken)
         if why:
             return why
+        why = self._suspected(sets)
+        if why:
+            return why
         for s, need in self.ledger.needs_saver.items():
             if s in sets and not any(self.mem_delta(x) < 0 for x in sets if x != s):
                 return f"{settings_key(s)} needs a memory saver"
+        return None
+
+    def _suspected(self, sets: frozenset[Setting]) -> str | None:
+        """Why ``sets`` holds a conflict another campaign suspected (``{"suspect": ...}`` experience), else None.
+
+        A suspect is avoided until this campaign's own ledger bans another tuple sharing one of its settings: then
+        the crash the suspect stood for has an explanation here (the source's blame was one guess among several,
+        and a wrong guess must not keep its settings apart for good).  A suspect this campaign bans itself is
+        refused by the ledger as any ban."""
+        for t in self.ledger.suspected:
+            if set(t) <= sets and not any(set(b) & set(t) and set(b) != set(t) for b in self.ledger.banned):
+                return "suspected conflict " + " & ".join(settings_key(s) for s in t) + " (experience)"
         return None
 
     def _second_near_copy(self, cand: Candidate, taken: set[Candidate]) -> str | None:

@@ -282,3 +282,30 @@ def test_a_suspect_steers_the_target_ledger_s_first_guess_and_bans_nothing() -> 
     assert first_ban(priors) == {("attn_impl", "flash"), ("mbs", 8)}
     hint = {"suspect": [["compile", "inductor"], ["mbs", 8]]}
     assert first_ban(priors + [hint]) == {("compile", "inductor"), ("mbs", 8)}
+
+
+def test_a_suspect_is_avoided_until_the_target_explains_a_crash_of_its_settings_otherwise() -> None:
+    """Mixtral H100 -> H20: the source's unpinned FP8 x grouped GEMM kept the target from adding FP8 on top of
+    grouped GEMM (a sure crash) - but a wrong suspect must not keep two good settings apart for good: once the
+    target's own ledger bans another tuple with one of its settings, the suspect is lifted."""
+    import numpy as np
+
+    from infrarsi.controller.search.controller import SearchController
+    from infrarsi.controller.search.space import Candidate, KnobSpec, Outcome, SearchSpace
+    from infrarsi.surrogate.noise import calibrate
+
+    space = SearchSpace((KnobSpec("fp8", (False, True), False), KnobSpec("grouped", (False, True), False),
+                         KnobSpec("compile", (False, True), False)))
+    rng = np.random.default_rng(0)
+    noise = calibrate([np.exp(rng.normal(0, 0.01, 24)) for _ in range(3)])
+    both = Candidate.from_dict({"fp8": True, "grouped": True, "compile": False})
+    ctrl = SearchController(space, noise, 1.0, 80.0, seed=0)
+    assert ctrl.admissible(both, set()) is None  # control: without experience nothing keeps them apart
+    ctrl = SearchController(space, noise, 1.0, 80.0, seed=0,
+                            experience=[{"suspect": [["fp8", True], ["grouped", True]]}])
+    assert "suspected conflict" in (ctrl.admissible(both, set()) or "")
+    assert ctrl.admissible(Candidate.from_dict({"fp8": True, "grouped": False, "compile": True}), set()) is None
+    # the target finds FP8's own crash partner (compile): the suspect's crash is explained, the pair may run
+    ctrl.ledger.record(frozenset({("fp8", True), ("compile", True)}), Outcome("crash", reason="boom"),
+                       lambda s: 0.0)
+    assert ctrl.admissible(both, set()) is None
