@@ -221,6 +221,15 @@ def cmd_criterion(a: argparse.Namespace) -> int:
     return 0
 
 
+def _pool_arguments(p: argparse.ArgumentParser, trials: int) -> None:
+    """The options every sweep that runs a pool takes (what :func:`_pool` reads)."""
+    p.add_argument("--repeats", type=int, default=30)
+    p.add_argument("--seed0", type=int, default=0)
+    p.add_argument("--trials", type=int, default=trials)
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--out", required=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -228,11 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--strategy", default="infrarsi")
     r.add_argument("--slots", default="1,4,8")
     r.add_argument("--landscapes", default="", help="comma-separated stems; default: all of bench/landscapes")
-    r.add_argument("--repeats", type=int, default=30)
-    r.add_argument("--seed0", type=int, default=0)
-    r.add_argument("--trials", type=int, default=32)
-    r.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    r.add_argument("--out", required=True)
+    _pool_arguments(r, trials=32)
     c = sub.add_parser("compare")
     c.add_argument("before")
     c.add_argument("after")
@@ -241,11 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("sweep")
     k.add_argument("--peers", default=str(HERE / "results" / "peers-30.json"))
     t = sub.add_parser("transfer", help="every direction of DIRECTIONS, every mode, per seed")
-    t.add_argument("--repeats", type=int, default=30)
-    t.add_argument("--seed0", type=int, default=0)
-    t.add_argument("--trials", type=int, default=30)
-    t.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    t.add_argument("--out", required=True)
+    _pool_arguments(t, trials=30)
     tc = sub.add_parser("transfer-criterion")
     tc.add_argument("sweep")
     a = ap.parse_args(argv)
