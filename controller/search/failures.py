@@ -48,7 +48,8 @@ class FailureLedger:
 
     exclude_after: int = 3
     known_conflicts: list[Tuple_] = field(default_factory=list)
-    #: tuples another campaign blamed for a crash without pinning them down: no ban, a tie-breaker (:meth:`_pick`)
+    #: tuples another campaign blamed for a crash without pinning them down: never a ban here; a tie-breaker in
+    #: :meth:`_pick` (the controller's admission also avoids them, ``SearchController._suspected``)
     suspected: list[Tuple_] = field(default_factory=list)
     passing: list[frozenset[Setting]] = field(default_factory=list)
     crash_records: list[frozenset[Setting]] = field(default_factory=list)
@@ -129,7 +130,8 @@ class FailureLedger:
 
     def _needs_partner(self, setting: Setting) -> bool:
         """Whether a crash of ``setting`` alone leaves it open as "needs a partner" rather than broken: it
-        crashed alone (not a numerics rejection) after crashing in a record beside other settings, so the
+        crashed alone (not a numerics rejection) and also crashed in a record beside other settings (in either
+        order), so the
         one-setting crash is as well explained by a missing requirement (unpadding needs flash attention) as
         by the setting being broken, and banning it outright would lose it for good."""
         return ((frozenset((setting,)), "crash") in self.config_failures
