@@ -1,0 +1,85 @@
+"""Trial-by-trial trace of one seeded benchmark campaign: what the controller proposed, why, and what it got.
+
+``bench/sweep.py`` says *which* seeds are slow; this says *why* one is.  It runs the same
+:func:`infrarsi.controller.search.benchmark.simulate_campaign` as ``infrarsi bench search`` (so its trials and
+trials-to-90 match the sweep's seed for seed) and prints one line per completed trial, in completion order:
+
+    #  sub  wall_h  status    by        true   best   settings that differ from the reference
+
+``#`` is the completion index (what trials-to-90 counts), ``sub`` the submission index, ``by`` the operator that
+proposed it (the controller's ``proposed_by``), ``true`` the landscape's noise-free speedup of the trial and
+``best`` that of the controller's best after it; a ``*`` marks the trial that reached 90% of the peak.
+
+    python bench/trace.py quiet_node_levers --slots 8 --seed 0
+    python bench/trace.py bench/landscapes/heldout_bert_unpad_a100.py --slots 4 --seed 12 --trials 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+def trace(path: str, seed: int, slots: int, trials: int, strategy: str = "infrarsi") -> list[dict[str, Any]]:
+    """Run one campaign and return one row per completed trial (see the module docstring for the fields)."""
+    from infrarsi.controller.search import benchmark
+    from infrarsi.controller.search.landscape import load_landscape
+    from infrarsi.controller.search.space import PATCH
+
+    land = load_landscape(path)
+    peak = land.peak_speedup()
+    captured: list[Any] = []
+    make = benchmark.make_strategy
+
+    def capturing(*args: Any, **kwargs: Any) -> Any:
+        captured.append(make(*args, **kwargs))
+        return captured[-1]
+
+    benchmark.make_strategy = capturing
+    try:
+        camp = benchmark.simulate_campaign(land, strategy, seed, trials, 1, slots if slots > 1 else None)
+    finally:
+        benchmark.make_strategy = make
+    ctrl = captured[0]
+    by = getattr(ctrl, "proposed_by", {})
+    order = {c: i for i, c in enumerate(by)}  # proposals in submission order (dicts keep insertion order)
+    ref = land.space.reference()
+    target = 0.9 * math.log(peak) if peak > 1.0 else 0.0
+    rows, hit = [], False
+    result = camp.result
+    for i, ((cand, out), best, wall) in enumerate(zip(result.trials, result.best_after, result.wall_after)):
+        true = land.true_speedup(cand)
+        best_sp = land.true_speedup(best) if best is not None else None
+        reached = not hit and best_sp is not None and math.log(best_sp) >= target
+        hit = hit or reached
+        diff = sorted(f"{k}={v}" for k, v in cand.settings(land.space) - ref.settings(land.space) if k != PATCH)
+        diff += sorted(f"+{v}" for k, v in cand.settings(land.space) if k == PATCH)
+        rows.append({"n": i + 1, "sub": order.get(cand, -1) + 1, "wall": camp.doctor_wall_hours + wall,
+                     "status": out.status, "by": by.get(cand, "-"), "true": true, "best": best_sp,
+                     "reached": reached, "settings": diff})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("landscape", help="a name in bench/landscapes or a path to a landscape file")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--slots", type=int, default=1, help="concurrent trials (1: one at a time)")
+    p.add_argument("--trials", type=int, default=32)
+    p.add_argument("--strategy", default="infrarsi")
+    a = p.parse_args(argv)
+    path = a.landscape if a.landscape.endswith(".py") else str(HERE / "landscapes" / f"{a.landscape}.py")
+    fmt = lambda x: "     -" if x is None else f"{x:6.3f}"  # noqa: E731
+    for r in trace(path, a.seed, a.slots, a.trials, a.strategy):
+        print(f"{r['n']:3d} {r['sub']:4d} {r['wall']:7.3f}  {r['status']:8s} {r['by']:9.9s} {fmt(r['true'])} "
+              f"{fmt(r['best'])}{'*' if r['reached'] else ' '} {' '.join(r['settings'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
