@@ -8,6 +8,8 @@ criterion.  The numerics are CPU-independent, so files from different machines c
 
     # run (every landscape in bench/landscapes, slots 1/4/8, 30 seeds, infrarsi only)
     python bench/sweep.py run --strategy infrarsi --slots 1,4,8 --repeats 30 --jobs 2 --out /tmp/after.json
+    # a change that only acts with six or more trials busy: sweep slots 8, take the rest from the baseline
+    python bench/sweep.py run --slots 8 --repeats 30 --fill-from bench/results/infrarsi-30.json --out /tmp/s8.json
     # per-cell medians and per-seed faster/slower of AFTER against BEFORE
     python bench/sweep.py compare /tmp/before.json /tmp/after.json
     # issue 15's "done when" for infrarsi in AFTER, against peers in PEERS (a sweep file with the peers)
@@ -85,9 +87,11 @@ def medians(doc: dict) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _pool(a: argparse.Namespace, fn: Any, jobs: list, unit: str, every: int) -> int:
+def _pool(a: argparse.Namespace, fn: Any, jobs: list, unit: str, every: int,
+          base: dict[str, list[dict]] | None = None) -> int:
     """Run ``fn`` over ``jobs`` in ``a.jobs`` processes (each returns one ``(cell, score)`` or a list of them),
-    report progress on stderr, and write the sweep file ``a.out`` with every cell's scores in seed order."""
+    report progress on stderr, and write the sweep file ``a.out`` with every cell's scores in seed order; cells of
+    ``base`` that this sweep does not run are copied into it unchanged."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     cells: dict[str, list[dict]] = {}
     t0 = time.monotonic()
@@ -99,6 +103,10 @@ def _pool(a: argparse.Namespace, fn: Any, jobs: list, unit: str, every: int) -> 
                 print(f"{i}/{len(jobs)} {unit}, {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
     for scores in cells.values():
         scores.sort(key=lambda s: s["seed"])
+    copied = {k: v for k, v in (base or {}).items() if k not in cells}
+    cells.update(copied)
+    if copied:
+        print(f"copied {len(copied)} cells this sweep does not run from {a.fill_from}")
     Path(a.out).write_text(json.dumps({"trials": a.trials, "cells": cells}, indent=1, sort_keys=True) + "\n")
     print(f"wrote {len(cells)} cells, {len(jobs)} {unit} to {a.out}")
     return 0
@@ -109,7 +117,14 @@ def cmd_run(a: argparse.Namespace) -> int:
     paths = [str(HERE / "landscapes" / f"{n}.py") for n in names]
     jobs = [(p, st, int(sl), a.seed0 + r, a.trials) for p in paths for sl in a.slots.split(",")
             for st in a.strategy.split(",") for r in range(a.repeats)]
-    return _pool(a, _one, jobs, "runs", every=100)
+    base = None
+    if a.fill_from:
+        doc = json.loads(Path(a.fill_from).read_text())
+        if doc.get("trials") != a.trials:
+            print(f"sweep: {a.fill_from} was run with {doc.get('trials')} trials, not {a.trials}", file=sys.stderr)
+            return 2
+        base = doc["cells"]
+    return _pool(a, _one, jobs, "runs", every=100, base=base)
 
 
 def cmd_transfer(a: argparse.Namespace) -> int:
@@ -238,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--slots", default="1,4,8")
     r.add_argument("--landscapes", default="", help="comma-separated stems; default: all of bench/landscapes")
     _pool_arguments(r, trials=32)
+    r.add_argument("--fill-from", default="", metavar="SWEEP",
+                   help="copy the cells this run does not sweep from SWEEP (e.g. only --slots 8 changed)")
     c = sub.add_parser("compare")
     c.add_argument("before")
     c.add_argument("after")

@@ -57,3 +57,22 @@ def test_compare_counts_seeds_and_the_criterion_names_a_miss(sweep, tmp_path: Pa
     # 9 trials > 1.5 x 4, not below random's 8, final 2.0 below random's 2.5
     assert "MISS   x s4: trials 9 > 1.5x4; trials 9 !< random 8; final 2.0000 < random 2.5000" in out
     assert "0 hold, 0 fail only on wall hours, 1 miss" in out
+
+
+def test_a_partial_sweep_takes_the_cells_it_does_not_run_from_a_base(sweep, tmp_path: Path, capsys) -> None:
+    base = tmp_path / "base.json"
+    kept = [{"seed": 0, "t90": 7, "w90": 0.5, "final": 1.5, "false": False}]
+    stale = [{"seed": 0, "t90": 99, "w90": 9.0, "final": 1.0, "false": False}]
+    base.write_text(json.dumps({"trials": 6, "cells": {"other/1/infrarsi": kept,
+                                                       "heldout_gpt_mig40/4/infrarsi": stale}}))
+    out = tmp_path / "s.json"
+    assert sweep.main(["run", "--landscapes", "heldout_gpt_mig40", "--slots", "4", "--repeats", "1", "--trials",
+                       "6", "--jobs", "1", "--fill-from", str(base), "--out", str(out)]) == 0
+    cells = json.loads(out.read_text())["cells"]
+    assert cells["other/1/infrarsi"] == kept  # not swept: copied
+    assert cells["heldout_gpt_mig40/4/infrarsi"] != stale  # swept: this run's score, not the base's
+    assert "copied 1 cells" in capsys.readouterr().out
+    # a base run with another trial budget would mix incomparable cells: refused, nothing written
+    assert sweep.main(["run", "--landscapes", "heldout_gpt_mig40", "--slots", "4", "--repeats", "1", "--trials",
+                       "5", "--jobs", "1", "--fill-from", str(base), "--out", str(tmp_path / "x.json")]) == 2
+    assert "was run with 6 trials, not 5" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
