@@ -106,7 +106,7 @@ def _pool(a: argparse.Namespace, fn: Any, jobs: list, unit: str, every: int,
     copied = {k: v for k, v in (base or {}).items() if k not in cells}
     cells.update(copied)
     if copied:
-        print(f"copied {len(copied)} cells this sweep does not run from {a.fill_from}")
+        print(f"copied {len(copied)} cells this sweep does not run from the baseline")
     Path(a.out).write_text(json.dumps({"trials": a.trials, "cells": cells}, indent=1, sort_keys=True) + "\n")
     print(f"wrote {len(cells)} cells, {len(jobs)} {unit} to {a.out}")
     return 0

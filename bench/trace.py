@@ -7,7 +7,7 @@ trials-to-90 match the sweep's seed for seed) and prints one line per completed 
     #  sub  wall_h  status    by        true   best   settings that differ from the reference
 
 ``#`` is the completion index (what trials-to-90 counts), ``sub`` the submission index, ``by`` the operator that
-proposed it (the controller's ``proposed_by``), ``true`` the landscape's noise-free speedup of the trial and
+proposed it (the controller's ``proposed_by``; ``-`` for the baselines, which keep none), ``true`` the landscape's noise-free speedup of the trial and
 ``best`` that of the controller's best after it; a ``*`` marks the trial that reached 90% of the peak.
 
     python bench/trace.py quiet_node_levers --slots 8 --seed 0
@@ -34,21 +34,29 @@ def trace(path: str, seed: int, slots: int, trials: int, strategy: str = "infrar
     land = load_landscape(path)
     peak = land.peak_speedup()
     captured: list[Any] = []
+    asked: dict[Any, int] = {}  # candidate -> submission index, for any strategy
     make = benchmark.make_strategy
 
     def capturing(*args: Any, **kwargs: Any) -> Any:
-        captured.append(make(*args, **kwargs))
-        return captured[-1]
+        strat = make(*args, **kwargs)
+        ask = strat.ask
+
+        def recording(*a: Any, **kw: Any) -> Any:
+            got = ask(*a, **kw)
+            for c in got:
+                asked.setdefault(c, len(asked) + 1)
+            return got
+
+        strat.ask = recording  # this instance only; the class is untouched
+        captured.append(strat)
+        return strat
 
     benchmark.make_strategy = capturing
     try:
         camp = benchmark.simulate_campaign(land, strategy, seed, trials, 1, slots if slots > 1 else None)
     finally:
         benchmark.make_strategy = make
-    ctrl = captured[0]
-    by = getattr(ctrl, "proposed_by", {})
-    order = {c: i for i, c in enumerate(by)}  # proposals in submission order (dicts keep insertion order)
-    ref = land.space.reference()
+    by = getattr(captured[0], "proposed_by", {})  # the controller's operator per candidate; baselines have none
     target = 0.9 * math.log(peak) if peak > 1.0 else 0.0
     rows, hit = [], False
     result = camp.result
@@ -57,9 +65,9 @@ def trace(path: str, seed: int, slots: int, trials: int, strategy: str = "infrar
         best_sp = land.true_speedup(best) if best is not None else None
         reached = not hit and best_sp is not None and math.log(best_sp) >= target
         hit = hit or reached
-        diff = sorted(f"{k}={v}" for k, v in cand.settings(land.space) - ref.settings(land.space) if k != PATCH)
+        diff = sorted(f"{k}={v}" for k, v in cand.settings(land.space) if k != PATCH)  # non-reference settings
         diff += sorted(f"+{v}" for k, v in cand.settings(land.space) if k == PATCH)
-        rows.append({"n": i + 1, "sub": order.get(cand, -1) + 1, "wall": camp.doctor_wall_hours + wall,
+        rows.append({"n": i + 1, "sub": asked[cand], "wall": camp.doctor_wall_hours + wall,
                      "status": out.status, "by": by.get(cand, "-"), "true": true, "best": best_sp,
                      "reached": reached, "settings": diff})
     return rows

@@ -23,6 +23,8 @@ def test_the_trace_marks_the_trial_the_benchmark_counts(capsys) -> None:
         assert sorted(r["sub"] for r in rows) == list(range(1, 21))  # every trial's submission index, once
         assert all(r["by"] != "-" for r in rows)
         assert [r["wall"] for r in rows] == sorted(r["wall"] for r in rows)  # completion order
+    greedy = trace.trace(str(LAND), seed=3, slots=4, trials=8, strategy="greedy")  # a baseline: no operators
+    assert sorted(r["sub"] for r in greedy) == list(range(1, 9)) and {r["by"] for r in greedy} == {"-"}
     assert trace.main([str(LAND), "--slots", "4", "--seed", "3", "--trials", "6"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 6 and out[0].split()[0] == "1"
