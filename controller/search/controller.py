@@ -257,7 +257,8 @@ class SearchController:
         and a wrong guess must not keep its settings apart for good).  A suspect this campaign bans itself is
         refused by the ledger as any ban."""
         for t in self.ledger.suspected:
-            if set(t) <= sets and not any(set(b) & set(t) and set(b) != set(t) for b in self.ledger.banned):
+            held = set(t)
+            if held <= sets and not any(set(b) & held and set(b) != held for b in self.ledger.banned):
                 return "suspected conflict " + " & ".join(settings_key(s) for s in t) + " (experience)"
         return None
 

@@ -131,9 +131,8 @@ class FailureLedger:
     def _needs_partner(self, setting: Setting) -> bool:
         """Whether a crash of ``setting`` alone leaves it open as "needs a partner" rather than broken: it
         crashed alone (not a numerics rejection) and also crashed in a record beside other settings (in either
-        order), so the
-        one-setting crash is as well explained by a missing requirement (unpadding needs flash attention) as
-        by the setting being broken, and banning it outright would lose it for good."""
+        order), so the one-setting crash is as well explained by a missing requirement (unpadding needs flash
+        attention) as by the setting being broken, and banning it outright would lose it for good."""
         return ((frozenset((setting,)), "crash") in self.config_failures
                 and any(setting in r and len(r) > 1 for r in self.crash_records))
 
