@@ -21,9 +21,12 @@ from infrarsi.verifier.emit import Receipts
 loss_scale = float(sys.argv[1])
 rx = Receipts.from_env()
 rx.header("md", 10, "fp32", 1, 64, 8)
-for i in range(1, 7):
-    t = time.perf_counter(); time.sleep(0.05)
-    rx.update(i, loss_scale * 3.0 / i, 1.0 / i, 64, 8, 8, i, 0.1, "b%d" % i, time.perf_counter() - t)
+t = time.perf_counter()
+for i in range(1, 7):  # timed loop to loop, as the adapters do: a stall between updates is on both clocks
+    time.sleep(0.05)
+    now = time.perf_counter()
+    rx.update(i, loss_scale * 3.0 / i, 1.0 / i, 64, 8, 8, i, 0.1, "b%d" % i, now - t)
+    t = now
 rx.footer(6)
 """
 
