@@ -19,7 +19,8 @@ they are handed.
 
 With busy candidates: queued follow-ups one move from a busy follow-up wait,
 ranked pool candidates one knob from a busy one come last, "tried" counts the
-busy ones (contrarian and patch probes spread out), with three or more
+busy ones (contrarian and patch probes spread out) but not a probe that failed
+with its failing base (:func:`_tried`: it is probed again), with three or more
 busy one patch probe may run beside them, with two or more busy the
 stacked move (:func:`_stacked`: the best-predicted configuration beyond the
 trust radius, every lever the model rates positive in one trial) and with six
@@ -304,17 +305,41 @@ def _enqueue(view: SearchView, followups: FollowUps, tag: str, cand: Candidate) 
 
 
 def _tried(view: SearchView, busy: set[Candidate] = frozenset()) -> set[Setting]:
-    """Settings of every told, outstanding or otherwise busy (pending, in this batch) candidate."""
+    """Settings measured or being measured: those of every outstanding or otherwise busy (pending, in this
+    batch) candidate and of every told one, except a setting of a failed trial whose failure its base explains.
+
+    A probe adds one setting to a base (the contrarian probe and a patch probe: the believed incumbent, often a
+    start still running).  When the base itself failed the same way, without that setting, the probe's failure
+    says nothing of the setting (the ledger does not blame a patch for it either), and counting the setting as
+    tried would lose its lever for good: it is untried again and probed once more on the next incumbent.  A
+    setting whose probe failed on a base that did not fail stays tried (at most one re-probe per base failure).
+    """
+    return _probed(view, busy)[0]
+
+
+def _probed(view: SearchView, busy: set[Candidate]) -> tuple[set[Setting], set[Setting]]:
+    """(tried, lost): :func:`_tried`, and the settings held only by failed trials whose failure their base
+    explains (probed again, after every setting never tried at all: a lost probe waits behind the fresh ones)."""
     seen: set[Setting] = set()
-    for c in list(view.told) + list(view.outstanding) + sorted(busy, key=lambda c: c.signature):
+    for c in list(view.outstanding) + sorted(busy, key=lambda c: c.signature):
         seen |= c.settings(view.space)
-    return seen
+    failed = [(c.settings(view.space), o.status) for c, o in view.history if o.status != "ok"]
+    lost: set[Setting] = set()
+    for c, o in view.history:
+        sets = c.settings(view.space)
+        if o.status == "ok":
+            seen |= sets
+            continue
+        for s in sets:
+            explained = any(st == o.status and f and f <= sets - {s} for f, st in failed)
+            (lost if explained else seen).add(s)
+    return seen, lost - seen
 
 
 def _contrarian(view: SearchView, busy: set[Candidate] = frozenset()) -> Iterator[tuple[str, Candidate]]:
     """Untried settings the prior (stated, or transferred from experience measured elsewhere) rates low (<= 0)
-    yet whose two-sigma upside clears the gate."""
-    tried = _tried(view, busy)
+    yet whose two-sigma upside clears the gate (one lost with a failing base after the never-tried ones)."""
+    tried, lost = _probed(view, busy)
     picks = []
     for s, (prior, post, sd) in view.single_effects().items():
         if s[0] == PATCH or s in tried:
@@ -324,8 +349,8 @@ def _contrarian(view: SearchView, busy: set[Candidate] = frozenset()) -> Iterato
         if not (stated or s in view.transferred) or prior > 0:
             continue
         if post + 2 * sd >= view.gate:
-            picks.append((-(post + 2 * sd), settings_key(s), s))
-    for _, _, s in sorted(picks)[:1]:
+            picks.append((s in lost, -(post + 2 * sd), settings_key(s), s))
+    for *_, s in sorted(picks)[:1]:
         yield "contrarian", _with_setting(view, view.incumbent, s)
 
 
@@ -388,10 +413,11 @@ def _patch_ops(view: SearchView, upside_low: bool,
     side_probe = len(busy) >= 3 and not any(b.patches - verified for b in busy)
     if not upside_low and not side_probe:
         return
-    tried = {s[1] for s in _tried(view, busy) if s[0] == PATCH}
-    untested = [p for p in view.space.patches if p not in tried and p not in banned]
+    tried, lost = _probed(view, busy)
+    untested = [p for p in view.space.patches if (PATCH, p) not in tried and p not in banned]
     prior = view.tune["patch_priors"] or {}
-    for p in sorted(untested, key=lambda p: (-float(prior.get(p, 0.0)), p))[: None if upside_low else 1]:
+    order = sorted(untested, key=lambda p: ((PATCH, p) in lost, -float(prior.get(p, 0.0)), p))
+    for p in order[: None if upside_low else 1]:
         # a completion of a stack (proposer "complete" request) is tried in place of the patches it combines
         yield "patch", Candidate(inc.config, (inc.patches - set(replaces.get(p, ()))) | {p})
 

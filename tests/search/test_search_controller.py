@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from infrarsi.controller.search import proposals
 from infrarsi.controller.search.controller import SearchController
 from infrarsi.controller.search.promotion import decide_promotion
 from infrarsi.controller.search.runner import run_search
@@ -71,6 +72,49 @@ def test_contrarian_probe_of_low_rated_uncertain_knob():
     # it is the incumbent plus that one lever (plus at most a saver)
     diff = contr[0].settings(c.space) - c.incumbent.settings(c.space)
     assert ("algo", "tree") in diff and len(diff) <= 2
+
+
+def _crash() -> Outcome:
+    return Outcome("crash", reason="conflict", gpu_hours=0.01)
+
+
+@pytest.mark.parametrize("base_failed", [True, False])
+def test_a_probe_lost_with_its_failing_base_is_probed_again(base_failed):
+    """A contrarian probe built on a start that crashed crashes with it; that says nothing of its lever, which
+    is probed again on the next incumbent.  Where the base ran fine, the probe's own crash counts: no re-probe."""
+    c = ctrl_for()
+    c.starts = []
+    base = c.reference.with_values({"compile": True, "workers": 8})
+    c.tell(base, _crash() if base_failed else ok(0.05))
+    c.tell(base.with_values({"algo": "tree"}), _crash())
+    c.tell(c.reference.with_values({"compile": True}), ok(0.10))
+    c.tell(c.reference.with_values({"fused_ce": False}), ok(-0.01))  # the other low-rated lever: measured
+    probes = [p.as_dict() for _, p in proposals._contrarian(c.view)]
+    assert [p["algo"] for p in probes] == (["tree"] if base_failed else []), probes
+
+
+def _lose_p1(space) -> SearchController:
+    c = ctrl_for(space)
+    c.starts = []
+    base = c.reference.with_values({"compile": True, "workers": 8})
+    c.tell(base, _crash())
+    c.tell(Candidate(base.config, frozenset({"p1"})), _crash())
+    assert "p1" not in c.ledger.banned_patches
+    c.tell(c.reference.with_values({"compile": True}), ok(0.10))
+    return c
+
+
+def test_a_patch_probe_lost_with_its_failing_base_is_probed_again():
+    """A patch probe on a base that crashed the same way is not blamed (the ledger's rule) and is not spent
+    either: the patch is probed again on the next incumbent, after the patches never tried at all."""
+    c = _lose_p1(toy_space(patches=("p1",)))
+    props = c.ask(5)
+    probes = [sorted(p.patches) for p in props if c.proposed_by[p] == "patch" and p.value("compile") is True]
+    assert probes == [["p1"]], [(c.proposed_by[p], p.as_dict(), sorted(p.patches)) for p in props]
+    c = _lose_p1(toy_space())
+    props = c.ask(5)
+    probes = [sorted(p.patches) for p in props if c.proposed_by[p] == "patch"]
+    assert probes[:1] == [["p2"]], probes  # the fresh patch first (one unverified probe at a time)
 
 
 def test_bundle_completion_pairs_a_high_upside_oom_with_a_saver():
