@@ -405,12 +405,18 @@ def _patch_ops(view: SearchView, upside_low: bool,
         covered = {r for p in inc.patches | set(small) for r in replaces.get(p, ())}
         small = [p for p in small if p not in covered]
     # two or more verified gains stack even below the gate: patches tried side by side (batch or
-    # asynchronous slots) were each measured on the same incumbent and never met on top of each other
-    if len(small) >= 2 or (small and sum(coef[view.fmap.index[(PATCH, p)]] for p in small) >= view.gate):
+    # asynchronous slots) were each measured on the same incumbent and never met on top of each other;
+    # with three or more trials busy a slot is cheap, and once no patch probe is running (none could
+    # join it a tell later) one verified gain below the gate stacks too: measured beside the patch the
+    # incumbent took, it would otherwise never join it
+    cheap = len(busy) >= 3
+    probing = any(b.patches - verified for b in busy)
+    if len(small) >= 2 or (small and ((cheap and not probing)
+                                      or sum(coef[view.fmap.index[(PATCH, p)]] for p in small) >= view.gate)):
         yield "stack", Candidate(inc.config, inc.patches | set(small))
-    # with three or more trials busy a slot is cheap: one unverified patch probe may run beside them
-    # even while the knobs still promise more (never two at once)
-    side_probe = len(busy) >= 3 and not any(b.patches - verified for b in busy)
+    # with three or more trials busy one unverified patch probe may run beside them even while the knobs
+    # still promise more (never two at once)
+    side_probe = cheap and not probing
     if not upside_low and not side_probe:
         return
     tried, lost = _probed(view, busy)

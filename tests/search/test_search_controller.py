@@ -201,6 +201,25 @@ def test_patch_stacking_when_small_gains_clear_the_gate_together():
     assert stack and stack[0].patches == {"p1", "p2"} and stack[0].value("compile") is True
 
 
+@pytest.mark.parametrize("busy, stacks", [("none", False), ("three", True), ("probing", False)])
+def test_one_verified_patch_below_the_gate_stacks_once_slots_are_cheap_and_probes_done(busy, stacks):
+    """p2 (+0.003, below the 0.02 gate) was measured beside p1, which the incumbent took: with three trials
+    busy and no patch probe running it joins the incumbent's patches (else it never would); one at a time
+    (nothing busy) or while a probe of p3 still runs (it may join a stack a tell later), it does not."""
+    c = ctrl_for(toy_space(patches=("p1", "p2", "p3")))
+    c.starts = []
+    inc = c.reference.with_values({"compile": True})
+    c.tell(inc, ok(0.10))
+    c.tell(Candidate(inc.config, frozenset({"p1"})), ok(0.104))
+    c.tell(Candidate(inc.config, frozenset({"p2"})), ok(0.103))
+    assert c.incumbent.patches == {"p1"} and 0.003 < c.gate
+    others = [c.reference.with_values({"workers": 4}), c.reference.with_values({"workers": 8})]
+    pending = {"none": [], "three": others + [c.reference.with_values({"algo": "tree"})],
+               "probing": others + [Candidate(inc.config, frozenset({"p3"}))]}[busy]
+    got = [(op, cand.patches) for op, cand in proposals._patch_ops(c.view, False, set(pending))]
+    assert (("stack", frozenset({"p1", "p2"})) in got) == stacks, got
+
+
 def test_promotion_gate():
     a = Candidate.from_dict({"x": 1})
     b = Candidate.from_dict({"x": 2})
