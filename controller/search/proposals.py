@@ -330,8 +330,9 @@ def _probed(view: SearchView, busy: set[Candidate]) -> tuple[set[Setting], set[S
         if o.status == "ok":
             seen |= sets
             continue
+        alike = [f for f, st in failed if st == o.status and f and f < sets]  # candidate bases of this failure
         for s in sets:
-            explained = any(st == o.status and f and f <= sets - {s} for f, st in failed)
+            explained = any(s not in f for f in alike)
             (lost if explained else seen).add(s)
     return seen, lost - seen
 
