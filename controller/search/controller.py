@@ -143,6 +143,8 @@ class SearchController:
         self.pre_execution_rejections = 0
         #: (tells, records with an aggressive suspect, near-copy records per candidate): see _near_records
         self._near_cache: tuple[int, tuple[int, ...], dict[Candidate, frozenset[int]]] = (-1, (), {})
+        #: (tells, values derived from the told history alone): see SearchView.per_tell
+        self._tell_memo: tuple[int, dict[str, Any]] = (-1, {})
         self.proposed_by: dict[Candidate, str] = {}  # operator that proposed each asked candidate (reports only)
         #: the read-only interface every proposal operator receives (controller/search/view.py)
         self.view = SearchView(self)

@@ -320,12 +320,21 @@ def _tried(view: SearchView, busy: set[Candidate] = frozenset()) -> set[Setting]
 def _probed(view: SearchView, busy: set[Candidate]) -> tuple[set[Setting], set[Setting]]:
     """(tried, lost): :func:`_tried`, and the settings held only by failed trials whose failure their base
     explains (probed again, after every setting never tried at all: a lost probe waits behind the fresh ones)."""
-    seen: set[Setting] = set()
+    told_seen, told_lost = view.per_tell("probed", lambda: _told_probes(view))
+    seen = set(told_seen)
     for c in list(view.outstanding) + sorted(busy, key=lambda c: c.signature):
         seen |= c.settings(view.space)
-    failed = [(c.settings(view.space), o.status) for c, o in view.history if o.status != "ok"]
+    return seen, set(told_lost) - seen
+
+
+def _told_probes(view: SearchView) -> tuple[frozenset[Setting], frozenset[Setting]]:
+    """(tried, lost) over the told history alone (see :func:`_probed`; quadratic in the tells, so cached
+    per tell)."""
+    seen: set[Setting] = set()
+    history = view.history
+    failed = [(c.settings(view.space), o.status) for c, o in history if o.status != "ok"]
     lost: set[Setting] = set()
-    for c, o in view.history:
+    for c, o in history:
         sets = c.settings(view.space)
         if o.status == "ok":
             seen |= sets
@@ -334,7 +343,7 @@ def _probed(view: SearchView, busy: set[Candidate]) -> tuple[set[Setting], set[S
         for s in sets:
             explained = any(s not in f for f in alike)
             (lost if explained else seen).add(s)
-    return seen, lost - seen
+    return frozenset(seen), frozenset(lost)
 
 
 def _contrarian(view: SearchView, busy: set[Candidate] = frozenset()) -> Iterator[tuple[str, Candidate]]:

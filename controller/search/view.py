@@ -157,6 +157,19 @@ class SearchView:
         """Asked and not yet told, in ask order."""
         return tuple(self._c.outstanding)
 
+    def per_tell(self, key: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, cached under ``key`` until the next tell.
+
+        For values that depend on the told history alone (never on the busy set, the fantasized models or the
+        ask's generator): operators ask them at every ask, and the history changes only in a tell."""
+        tells, memo = self._c._tell_memo
+        if tells != len(self._c.history):
+            memo = {}
+            self._c._tell_memo = (len(self._c.history), memo)
+        if key not in memo:
+            memo[key] = compute()
+        return memo[key]
+
     def is_told(self, cand: Candidate) -> bool:
         return cand in self._c.told
 

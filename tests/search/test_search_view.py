@@ -50,6 +50,22 @@ def test_the_view_is_read_only_and_live():
     assert view_of(c) is v and view_of(v) is v
 
 
+def test_per_tell_values_are_computed_once_per_tell_and_recomputed_after_one():
+    c = ctrl()
+    v = c.view
+    calls: list[int] = []
+
+    def told() -> int:
+        calls.append(len(v.history))
+        return len(v.history)
+
+    assert v.per_tell("n", told) == 0 and v.per_tell("n", told) == 0 and calls == [0]
+    (cand,) = c.ask(1)
+    assert v.per_tell("n", told) == 0 and calls == [0]  # an ask changes no history
+    c.tell(cand, toy_evaluate(cand))
+    assert v.per_tell("n", told) == 1 and v.per_tell("n", told) == 1 and calls == [0, 1]
+
+
 def test_follow_ups_keep_tags_of_dropped_entries():
     f = FollowUps()
     c = ctrl()
