@@ -443,6 +443,10 @@ class SearchController:
         n = len(self.history)
         return {s for s, until in self.tabu_moves.items() if until > n}
 
+    def measured_features(self) -> np.ndarray:
+        """Boolean mask over the time model's features: on in at least one told trial that ran (status ok)."""
+        return (self.fmap.encode(self._ok_rows()[0]) != 0).any(axis=0)
+
     def _ok_rows(self) -> tuple[list[Candidate], np.ndarray]:
         cands = [c for c, o in self.history if o.status == "ok"]
         y = np.array([log_speedup(self.t0, o.step_time_s) for _, o in self.history if o.status == "ok"])

@@ -74,12 +74,18 @@ class TimeModel:
         assert self.model is not None
         return stable(self.model.coef_mean), stable(self.model.coef_sd)
 
-    def coef_sample(self, rng: np.random.Generator) -> np.ndarray:
-        """One draw of the coefficients from the posterior (for Thompson sampling); deterministic in ``rng``."""
+    def coef_sample(self, rng: np.random.Generator, optimistic: np.ndarray | None = None) -> np.ndarray:
+        """One draw of the coefficients from the posterior (for Thompson sampling); deterministic in ``rng``.
+
+        Where the boolean mask ``optimistic`` is set, the draw's deviation from the posterior mean is floored at
+        zero (optimistic Thompson sampling: the draw never rates such a coefficient below its mean)."""
         assert self.model is not None
         mean = np.asarray(self.model.coef_mean)
         chol = chol_lower(np.asarray(self.model.coef_cov))  # jittered only if round-off demands it
-        return stable(mean + chol @ rng.standard_normal(len(mean)))
+        dev = chol @ rng.standard_normal(len(mean))
+        if optimistic is not None:
+            dev = np.where(optimistic, np.maximum(dev, 0.0), dev)
+        return stable(mean + dev)
 
 
 class MemoryModel:

@@ -489,8 +489,10 @@ def _thompson(view: SearchView, rows: np.ndarray, p: np.ndarray, dist: np.ndarra
     (Thompson sampling), likely to fit and not one knob from a busy candidate, when the draw rates it the
     gate above the incumbent.  The busy trials are fantasized at their predicted means, so the draw is
     wide where nothing runs: successive free slots spread over the configurations the model cannot yet
-    rule out, where trust-region picks would queue up one feedback round each.  Only with
-    :data:`THOMPSON_BUSY` or more busy.  Pure in the history, the busy set and ``rng`` (the ask's)."""
+    rule out, where trust-region picks would queue up one feedback round each.  The draw is optimistic on
+    levers a completed trial has measured (:meth:`SearchView.coef_sample`), so a draw does not drop a lever
+    seen working by chance.  Only with :data:`THOMPSON_BUSY` or more busy.  Pure in the history, the busy
+    set and ``rng`` (the ask's)."""
     ok = (p >= SAFE_STACK_FIT) & (dist > 0) & ~crowded
     if ok.any():  # checked before drawing: the draw consumes the ask's generator
         draw = stable(view.pool.features(rows, inc.patches) @ view.coef_sample(rng))

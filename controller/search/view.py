@@ -214,8 +214,14 @@ class SearchView:
 
     def coef_sample(self, rng: np.random.Generator) -> np.ndarray:
         """One posterior draw of the time model's coefficients (feature order), busy trials fantasized as
-        in every ask; deterministic in ``rng``."""
-        return self._c.time.coef_sample(rng)
+        in every ask; deterministic in ``rng``.
+
+        Optimistic on every feature a told trial that ran has measured (the draw never rates it below its
+        posterior mean), plain on the others: a lever seen working stays in the drawn configuration unless the
+        data rate it low, while an unmeasured one is drawn either way, which keeps the batch hedged against
+        conflicts nothing has shown yet."""
+        measured = self.per_tell("measured_features", self._c.measured_features)
+        return self._c.time.coef_sample(rng, measured)
 
     def mem_delta(self, s: Setting) -> float:
         """Estimated peak-memory delta (GiB) of one setting vs the reference."""

@@ -161,6 +161,25 @@ def test_thompson_draws_fill_wide_slots_and_replay_after_restart():
     assert b.ask(1, pending=running) == nxt
 
 
+def test_thompson_draws_are_optimistic_on_measured_levers_and_plain_elsewhere():
+    """A lever a told trial ran with is never drawn below its posterior mean, so a wide-slot draw cannot drop a
+    lever seen working by chance; one measured only in a crash, or never, is drawn either way (the batch
+    stays hedged against conflicts nothing has shown yet)."""
+    c = ctrl()
+    ran = c.reference.with_values({"compile": True})
+    crashed = c.reference.with_values({"algo": "tree", "recompute": "none"})
+    c.tell(ran, toy_evaluate(ran))
+    c.tell(crashed, Outcome("crash", reason="conflict", gpu_hours=0.01))
+    fm = c.fmap
+    mean, _ = c.view.coefficients()
+    draws = np.array([c.view.coef_sample(np.random.default_rng(i)) for i in range(200)])
+    below = (draws < mean - 1e-9).any(axis=0)
+    assert not below[fm.index[("compile", True)]]
+    assert below[fm.index[("algo", "tree")]] and below[fm.index[("recompute", "none")]]
+    assert below[fm.index[("workers", 8)]]
+    assert list(c.measured_features().nonzero()[0]) == [fm.index[("compile", True)]]
+
+
 def test_slots_4_never_draws():
     """Thompson draws need six busy trials: a slots-4 search (three busy at each ask) never makes one."""
     land = load_landscape(ROOT / "bench/landscapes/transfer_h200_gpt7b.py")
