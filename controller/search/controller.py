@@ -49,7 +49,7 @@ DEFAULT_TUNING: dict[str, Any] = {
     "pair_prior_sd": 0.15,       # prior SD of an enabling-pair coefficient
     "model_noise_floor": 0.01,   # floor on the per-trial log noise SD used by the time model
     "beta": 1.0,                 # UCB exploration weight
-    "fail_penalty": 0.05,        # acquisition value of a predicted failure (log units below 0)
+    "fail_penalty": 0.05,        # acquisition value of a predicted failure (log units below no gain)
     "min_p_feasible": 0.35,      # skip candidates less likely than this to fit in memory
     "stall_trials": 2,           # non-improving trials before escape mode
     "restart_every": 3,          # in escape mode, warm-restart every this many stalls

@@ -104,11 +104,18 @@ class Pool:
         return X
 
     def score(self, rows: np.ndarray, patches: frozenset[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(acquisition, mean, sd, p_feasible) per row."""
+        """(acquisition, mean, sd, p_feasible) per row.
+
+        The acquisition is the optimistic gain over the incumbent, weighted by the memory model:
+        ``p * (mu + beta * sd - incumbent_y) - (1 - p) * fail_penalty``.  A likely OOM forfeits the gain the
+        row could show, plus the penalty, not the incumbent's whole level: weighting the absolute upper bound
+        by ``p`` made a 30% OOM risk outweigh any gain once the incumbent was high (a move from a 1.68x
+        incumbent to the 1.82x peak, at p = 0.68, ranked below every safe move that kept 1.68x)."""
         tune = self.view.tune
         X = self.features(rows, patches)
         mu, sd, p = self.view.predict_rows(X)
-        acq = p * (mu + float(tune["beta"]) * sd) - (1 - p) * float(tune["fail_penalty"])
+        gain = mu + float(tune["beta"]) * sd - self.view.incumbent_y
+        acq = p * gain - (1 - p) * float(tune["fail_penalty"])
         return acq, mu, sd, p
 
 

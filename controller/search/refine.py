@@ -16,7 +16,7 @@ tried on its own (seed-by-seed traces: ``bench/RESULTS.md``, "Experience transfe
 * every one-knob neighbour along an *uncovered* knob (any other value, the reference included) whose setting
   was never measured apart on this target (no two ok trials differ in exactly that setting).
 
-Ranked by the pool's acquisition (UCB weighted by the memory model's p_feasible), keeping only likely feasible
+Ranked by the pool's acquisition (the UCB gain over the incumbent weighted by p_feasible), keeping only likely feasible
 moves whose two-sigma upside clears the incumbent by the gate.  Each uncovered setting is swept until it has
 been measured apart once, so the sweep is bounded by their number; when a move improves the incumbent the sweep
 continues from the new one.  Once nothing is left, the escape runs as before.

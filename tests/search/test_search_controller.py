@@ -393,3 +393,26 @@ def test_near_copies_of_a_crash_among_mild_levers_may_run_side_by_side():
 
     assert verdict(0.01) is None
     assert "unresolved crash" in (verdict(0.10) or "")
+
+
+def test_an_oom_risk_costs_the_gain_it_could_show_not_the_incumbents_level():
+    """The pool's acquisition weights the gain over the incumbent by p(fit), not the absolute upper bound.
+
+    Incumbent compile + tree (0.22).  Recompute off with the fused-CE saver off promises far more (~0.36) but the
+    memory model rates it a near coin flip (recompute off alone ran out of memory); adding 4 workers to the
+    incumbent is safe and gains nothing.  Weighting the absolute bound by p(fit) ranked the safe move first
+    (0.17 vs 0.24): at a high incumbent a likely OOM lost more than any gain could win back."""
+    c = ctrl_for()
+    for d in ({"compile": True, "algo": "tree"}, {"recompute": "none"}, {"fused_ce": False}, {"compile": True},
+              {"compile": True, "fused_ce": False, "workers": 4}):
+        cand = c.reference.with_values(d)
+        c.tell(cand, toy_evaluate(cand))
+    inc = c.incumbent
+    assert inc.as_dict()["algo"] == "tree" and c.incumbent_y > 0.2
+    risky = inc.with_values({"recompute": "none", "fused_ce": False})
+    safe = inc.with_values({"workers": 4})
+    acq, mu, sd, p = c.pool.score(np.vstack([c.pool.row_of(risky), c.pool.row_of(safe)]), inc.patches)
+    assert p[0] < 0.6 < 0.99 < p[1] and mu[0] > c.incumbent_y + 0.1 and abs(mu[1] - c.incumbent_y) < 0.01
+    assert acq[0] > acq[1]
+    beta, pen = c.tune["beta"], c.tune["fail_penalty"]
+    assert acq == pytest.approx(p * (mu + beta * sd - c.incumbent_y) - (1 - p) * pen)
