@@ -16,10 +16,10 @@ tried on its own (seed-by-seed traces: ``bench/RESULTS.md``, "Experience transfe
 * every one-knob neighbour along an *uncovered* knob (any other value, the reference included) whose setting
   was never measured apart on this target (no two ok trials differ in exactly that setting).
 
-Ranked by the pool's acquisition (the UCB gain over the incumbent weighted by p_feasible), keeping only likely feasible
-moves whose two-sigma upside clears the incumbent by the gate.  Each uncovered setting is swept until it has
-been measured apart once, so the sweep is bounded by their number; when a move improves the incumbent the sweep
-continues from the new one.  Once nothing is left, the escape runs as before.
+Ranked by the pool's acquisition (the UCB gain over the incumbent weighted by p_feasible), keeping only likely
+feasible moves whose two-sigma upside clears the incumbent by the gate.  Each uncovered setting is swept until
+it has been measured apart once, so the sweep is bounded by their number; when a move improves the incumbent the
+sweep continues from the new one.  Once nothing is left, the escape runs as before.
 
 Inert without transferred experience (:func:`active`): a cold search (and retrieval mode ``all``, which grades
 every record ``covered`` at distance 0) never yields from it, so its proposals are unchanged.  Pure in the view

@@ -4,7 +4,8 @@ Operators (:mod:`infrarsi.controller.search.proposals`, :mod:`infrarsi.controlle
 controller only through a :class:`SearchView`: a read-only window onto the controller's live state (the
 space, the models' predictions, the noise gate, the incumbent, the failure ledger's answers, the told and
 busy candidates, the follow-up queue).  Nothing a view returns can change the controller: collections come
-back as tuples, frozensets or read-only mappings/arrays, and the view has no setters.
+back as tuples, frozensets or read-only mappings/arrays, and the view has no setters (its one store is
+:meth:`SearchView.per_tell`'s cache of values derived from the told history, dropped at every tell).
 
 The one piece of search state operators do change is the follow-up queue, and only from the ``on_*`` hooks
 that :meth:`SearchController.tell` calls: each hook receives the :class:`FollowUps` object explicitly.  So
