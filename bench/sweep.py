@@ -17,6 +17,9 @@ criterion.  The numerics are CPU-independent, so files from different machines c
     # the transfer benchmark's 8 directions, every mode, per seed; issue 13's criterion
     python bench/sweep.py transfer --repeats 30 --jobs 2 --out /tmp/transfer.json
     python bench/sweep.py transfer-criterion /tmp/transfer.json
+    # one direction only, the other seven from a baseline transfer sweep
+    python bench/sweep.py transfer --directions transfer_h100_mixtral->transfer_h20_mixtral \\
+        --fill-from /tmp/transfer.json --out /tmp/t1.json
 
 File format: ``{"trials": T, "cells": {"<landscape>/<slots>/<strategy>": [score per seed]}}`` where a score is
 ``{"seed", "t90", "w90", "final", "false"}`` (``t90``/``w90`` null when 90% was never reached).  A peers file
@@ -117,19 +120,39 @@ def cmd_run(a: argparse.Namespace) -> int:
     paths = [str(HERE / "landscapes" / f"{n}.py") for n in names]
     jobs = [(p, st, int(sl), a.seed0 + r, a.trials) for p in paths for sl in a.slots.split(",")
             for st in a.strategy.split(",") for r in range(a.repeats)]
-    base = None
-    if a.fill_from:
-        doc = json.loads(Path(a.fill_from).read_text())
-        if doc.get("trials") != a.trials:
-            print(f"sweep: {a.fill_from} was run with {doc.get('trials')} trials, not {a.trials}", file=sys.stderr)
-            return 2
-        base = doc["cells"]
-    return _pool(a, _one, jobs, "runs", every=100, base=base)
+    base = _base(a)
+    if base is False:
+        return 2
+    return _pool(a, _one, jobs, "runs", every=100, base=base or None)
+
+
+def _base(a: argparse.Namespace) -> dict[str, list[dict]] | None | bool:
+    """The cells of ``--fill-from`` (None without one); False, with the reason on stderr, for a baseline run
+    with another trial budget (its cells would not compare with this sweep's)."""
+    if not a.fill_from:
+        return None
+    doc = json.loads(Path(a.fill_from).read_text())
+    if doc.get("trials") != a.trials:
+        print(f"sweep: {a.fill_from} was run with {doc.get('trials')} trials, not {a.trials}", file=sys.stderr)
+        return False
+    return doc["cells"]
 
 
 def cmd_transfer(a: argparse.Namespace) -> int:
-    jobs = [(src, tgt, a.seed0 + r, a.trials) for src, tgt in DIRECTIONS for r in range(a.repeats)]
-    return _pool(a, _one_transfer, jobs, "repeats", every=20)
+    directions = list(DIRECTIONS)
+    if a.directions:
+        wanted = [tuple(d.split("->")) for d in a.directions.split(",")]
+        unknown = [d for d in wanted if d not in DIRECTIONS]
+        if unknown:
+            print(f"sweep: unknown direction {'->'.join(unknown[0])} (known: "
+                  f"{', '.join(s + '->' + t for s, t in DIRECTIONS)})", file=sys.stderr)
+            return 2
+        directions = wanted
+    base = _base(a)
+    if base is False:
+        return 2
+    jobs = [(src, tgt, a.seed0 + r, a.trials) for src, tgt in directions for r in range(a.repeats)]
+    return _pool(a, _one_transfer, jobs, "repeats", every=20, base=base or None)
 
 
 def cmd_transfer_criterion(a: argparse.Namespace) -> int:
@@ -262,8 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     k = sub.add_parser("criterion")
     k.add_argument("sweep")
     k.add_argument("--peers", default=str(HERE / "results" / "peers-30.json"))
-    t = sub.add_parser("transfer", help="every direction of DIRECTIONS, every mode, per seed")
+    t = sub.add_parser("transfer", help="every direction of DIRECTIONS (or --directions), every mode, per seed")
     _pool_arguments(t, trials=30)
+    t.add_argument("--directions", default="", metavar="SRC->TGT,...",
+                   help="comma-separated directions of DIRECTIONS, by landscape stem; default: all eight")
+    t.add_argument("--fill-from", default="", metavar="SWEEP",
+                   help="copy the directions this run does not sweep from SWEEP (a transfer sweep file)")
     tc = sub.add_parser("transfer-criterion")
     tc.add_argument("sweep")
     a = ap.parse_args(argv)

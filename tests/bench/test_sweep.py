@@ -76,3 +76,23 @@ def test_a_partial_sweep_takes_the_cells_it_does_not_run_from_a_base(sweep, tmp_
     assert sweep.main(["run", "--landscapes", "heldout_gpt_mig40", "--slots", "4", "--repeats", "1", "--trials",
                        "5", "--jobs", "1", "--fill-from", str(base), "--out", str(tmp_path / "x.json")]) == 2
     assert "was run with 6 trials, not 5" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
+
+
+def test_a_transfer_sweep_runs_only_the_directions_asked_and_refuses_an_unknown_one(sweep, tmp_path: Path,
+                                                                                    capsys) -> None:
+    base = tmp_path / "base.json"
+    kept = [{"seed": 0, "t90": 3, "w90": None, "final": 1.4, "false": 0}]
+    base.write_text(json.dumps({"trials": 6, "cells": {"transfer_h20_gpt7b->transfer_h200_gpt7b/cold": kept}}))
+    out = tmp_path / "t.json"
+    one = "transfer_h100_mixtral->transfer_h20_mixtral"
+    assert sweep.main(["transfer", "--directions", one, "--repeats", "1", "--trials", "6", "--jobs", "1",
+                       "--fill-from", str(base), "--out", str(out)]) == 0
+    cells = json.loads(out.read_text())["cells"]
+    assert sorted(cells) == sorted([f"{one}/cold", f"{one}/bank-all", f"{one}/bank-filtered",
+                                    "transfer_h20_gpt7b->transfer_h200_gpt7b/cold"])
+    assert cells["transfer_h20_gpt7b->transfer_h200_gpt7b/cold"] == kept
+    capsys.readouterr()
+    assert sweep.main(["transfer", "--directions", "transfer_h20_mixtral->transfer_h200_gpt7b", "--repeats", "1",
+                       "--out", str(tmp_path / "x.json")]) == 2
+    assert "unknown direction transfer_h20_mixtral->transfer_h200_gpt7b" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()

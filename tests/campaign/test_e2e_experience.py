@@ -39,6 +39,23 @@ def _short_contract(repo: Path) -> Path:
     return path
 
 
+#: above this doctor-measured sigma_pair the machine itself is too loud for a 4-trial campaign to verify anything
+#: (its gate is 2 x sigma_pair): the campaign is then run once more in a fresh installation.  A quiet machine
+#: measures 1-5% here; the two CI failures this guards against measured 36% while another job shared the 2 cores.
+NOISY_SIGMA = 0.15
+
+
+def _first_campaign(tmp_path: Path, repo: Path, short: Path, attempt: int):
+    """Run the short campaign in installation ``home-a<attempt>``; (env, store, effects, sigma_pair)."""
+    home = tmp_path / f"home-a{attempt}"
+    env = cli_env(home)
+    run = infrarsi("run", str(short), env=env, cwd=repo, timeout=1500)
+    assert "report: " in run.stdout, run.stdout + run.stderr
+    store = open_store(f"sqlite:///{home / 'infrarsi.sqlite'}")
+    (c,) = store.list_campaigns()
+    return env, store, store.effects(), float(c.doctor["sigma_pair"])
+
+
 @pytest.mark.slow
 def test_pack_from_one_contract_drives_another_contracts_doctor(tmp_path: Path) -> None:
     src = tmp_path / "src"
@@ -46,12 +63,10 @@ def test_pack_from_one_contract_drives_another_contracts_doctor(tmp_path: Path) 
     _short_contract(src)  # committed with the rest: frozen files must be clean at init
     repo = git_repo(src, tmp_path / "a")
     short = repo / "infrarsi.short.yaml"
-    env_a = cli_env(tmp_path / "home-a")
-    run = infrarsi("run", str(short), env=env_a, cwd=repo, timeout=1500)
-    assert "report: " in run.stdout, run.stdout + run.stderr
-    store_a = open_store(f"sqlite:///{tmp_path / 'home-a' / 'infrarsi.sqlite'}")
-    effects = store_a.effects()
-    assert effects, "the first campaign wrote no verified effect"
+    env_a, store_a, effects, sigma = _first_campaign(tmp_path, repo, short, 1)
+    if not effects and sigma > NOISY_SIGMA:  # the noise the campaign measured, not a guess, decides the retry
+        env_a, store_a, effects, sigma = _first_campaign(tmp_path, repo, short, 2)
+    assert effects, f"the first campaign wrote no verified effect (doctor sigma_pair {sigma:.1%})"
     assert all(e.env.model_family == "nanogpt" and e.env.gpu_sku == "cpu" and e.env.framework == "torch"
                for e in effects)
     n_effects = len(effects)
