@@ -8,7 +8,14 @@
   triple) of its settings absent from every passing run.  A setting that
   crashed alone is banned outright, unless it also crashed beside partners:
   then it may need one of them (unpadding needs flash attention) and stays
-  open (:meth:`FailureLedger._needs_partner`).  Bans are re-derived
+  open (:meth:`FailureLedger._needs_partner`).  A crash also opens "needs a
+  partner" hypotheses ``(s, r)``: ``s`` passed, every passing run with ``s``
+  held ``r``, and this record has ``s`` without ``r``
+  (:meth:`FailureLedger.requirements_of`); one that explains more crash
+  records than the record's best tuple is kept instead of that tuple, and
+  blocks ``s`` without ``r`` (no tuple of present settings can say that, so
+  such crashes used to stay unexplained or be pinned on an innocent pair
+  that then blocked the peak).  Bans are re-derived
   from all records after each observation, so a tuple later seen passing is
   exonerated, and a tuple implicated by several crashes wins ties.  The ban is one
   guess among the record's open tuples (:meth:`FailureLedger.suspects`); how much of
@@ -67,6 +74,9 @@ class FailureLedger:
     risk: Callable[[Setting], float] = field(default=lambda s: 0.0)
     #: per crash record, its open hypotheses (:meth:`suspects`), re-derived with the bans
     _suspects: list[list[Tuple_]] = field(default_factory=list, repr=False)
+    #: inferred requirements ``(s, r)``: ``s`` crashes without ``r`` (:meth:`requirements_of`), re-derived with
+    #: the bans; a candidate holding ``s`` but not ``r`` is blocked
+    requirements: list[tuple[Setting, Setting]] = field(default_factory=list)
 
     def record(self, settings: frozenset[Setting], outcome: Outcome,
                mem_delta: Callable[[Setting], float]) -> str:
@@ -167,17 +177,48 @@ class FailureLedger:
         """Per crash record (in order), its open hypotheses (:meth:`suspects`); read it, do not change it."""
         return self._suspects
 
+    def requirements_of(self, settings: frozenset[Setting]) -> list[tuple[Setting, Setting]]:
+        """The "needs a partner" hypotheses a crash of ``settings`` leaves open: ``(s, r)`` with ``s`` in the
+        record and ``r`` not, where ``s`` has passed and every passing run holding ``s`` also held ``r``
+        (overlapping the parameter all-gather needs the distributed optimizer).  A tuple of present settings
+        cannot say "without r", so such a crash would otherwise stay unexplained, or be pinned on a pair of
+        ``s`` with a setting it merely never passed beside."""
+        out: list[tuple[Setting, Setting]] = []
+        for s in sorted(settings, key=settings_key):
+            with_s = [p for p in self.passing if s in p]
+            if not with_s:
+                continue
+            for r in sorted(frozenset.intersection(*with_s) - settings - {s}, key=settings_key):
+                if r[0] != s[0] and r[0] != PATCH:
+                    out.append((s, r))
+        return out
+
+    def _requirement_hits(self, req: tuple[Setting, Setting]) -> int:
+        s, r = req
+        return sum(1 for rec in self.crash_records if s in rec and r not in rec)
+
     def _rederive(self) -> None:
         banned: dict[tuple[str, ...], Tuple_] = {}
+        required: dict[tuple[str, str], tuple[Setting, Setting]] = {}
         self.unexplained = 0
         self._suspects = [self.suspects(rec) for rec in self.crash_records]
-        for hyps in self._suspects:
+        for rec, hyps in zip(self.crash_records, self._suspects):
             t = self._pick(hyps)
+            reqs = self.requirements_of(rec)
+            if reqs:
+                # a requirement explains the record only when it accounts for more crash records than any open
+                # tuple does (ties keep the tuple: the pair ban is the older, better-measured rule)
+                best = max(reqs, key=lambda q: (self._requirement_hits(q), settings_key(q[1])))
+                tuple_hits = (sum(1 for r in self.crash_records if set(t) <= r) if t is not None else 0)
+                if self._requirement_hits(best) > tuple_hits:
+                    required[(settings_key(best[0]), settings_key(best[1]))] = best
+                    continue
             if t is None:
                 self.unexplained += 1
             else:
                 banned[_tkey(t)] = t
         self.banned = [banned[k] for k in sorted(banned)]
+        self.requirements = [required[k] for k in sorted(required)]
 
     def blocked(self, settings: frozenset[Setting]) -> str | None:
         """Why a candidate with these settings must not run, or None if it may."""
@@ -189,11 +230,15 @@ class FailureLedger:
         for t in list(self.banned) + list(self.known_conflicts):
             if set(t) <= settings:
                 return "conflict " + " & ".join(settings_key(s) for s in t)
+        for need, partner in self.requirements:
+            if need in settings and partner not in settings:
+                return f"{settings_key(need)} needs {settings_key(partner)}"
         return None
 
     def summary(self) -> dict:
         return {
             "banned_tuples": [[settings_key(s) for s in t] for t in self.banned],
+            "requirements": [[settings_key(s), settings_key(r)] for s, r in self.requirements],
             "needs_saver_gib": {settings_key(s): g for s, g in sorted(self.needs_saver.items(), key=lambda x: settings_key(x[0]))},
             "excluded": sorted(settings_key(s) for s in self.excluded),
             "banned_patches": dict(sorted(self.banned_patches.items())),

@@ -139,3 +139,32 @@ def test_a_suspected_tuple_breaks_a_tie_but_never_outranks_this_campaign_s_crash
     assert [set(t) for t in led.banned] == [{A, C}]  # without the hint, B's risk would pick a pair with B
     led.record(frozenset({B, C, D}), CRASH, lambda s: 0.0)
     assert {B, C} in [set(t) for t in led.banned], "two crashes implicating B x C outrank the hint"
+
+
+def test_a_setting_that_crashes_without_its_partner_is_blocked_without_it_and_its_pair_bans_lifted():
+    """The attack on the old ledger (heldout_gpt13b_twonode_h100): G (overlap the parameter all-gather) crashes
+    without D (the distributed optimizer).  Crashes of G beside M (micro-batch 2) before any G passed pinned the
+    blame on G & M, which blocked the peak G+D+M for good; a later G-without-D crash had no open tuple at all."""
+    G, M, T = ("overlap_param_gather", True), ("micro_batch", 2), ("tp", 4)
+    Dopt = ("distopt", True)
+    led = FailureLedger()
+    for rec in ({G, M, T}, {G, M}, {G, M, A}):
+        led.record(frozenset(rec), CRASH, lambda s: 0.0)
+    assert {G, M} in [set(t) for t in led.banned]
+    assert led.requirements == []  # G never passed: nothing says what it needs
+    led.record(frozenset({G, Dopt, T}), OK, lambda s: 0.0)
+    led.record(frozenset({G, T, A}), CRASH, lambda s: 0.0)  # 4 crashes of G without D, 3 of G & M
+    assert led.requirements == [(G, Dopt)]
+    assert led.blocked(frozenset({G, T})) == "overlap_param_gather=true needs distopt=true"
+    assert led.blocked(frozenset({G, M, Dopt, T})) is None, "the peak is open again"
+    assert led.summary()["requirements"] == [["overlap_param_gather=true", "distopt=true"]]
+    led.record(frozenset({G, A}), OK, lambda s: 0.0)  # G passes without D: the requirement is exonerated
+    assert (G, Dopt) not in led.requirements
+
+
+def test_a_true_pair_conflict_keeps_its_pair_ban_over_a_coincidental_partner():
+    # A & B crash; A passed once, beside C: "A needs C" explains exactly the records the pair does -> the pair
+    led = FailureLedger()
+    led.record(frozenset({A, C}), OK, lambda s: 0.0)
+    led.record(frozenset({A, B}), CRASH, lambda s: 0.0)
+    assert [set(t) for t in led.banned] == [{A, B}] and led.requirements == []
