@@ -120,21 +120,21 @@ def cmd_run(a: argparse.Namespace) -> int:
     paths = [str(HERE / "landscapes" / f"{n}.py") for n in names]
     jobs = [(p, st, int(sl), a.seed0 + r, a.trials) for p in paths for sl in a.slots.split(",")
             for st in a.strategy.split(",") for r in range(a.repeats)]
-    base = _base(a)
-    if base is False:
-        return 2
-    return _pool(a, _one, jobs, "runs", every=100, base=base or None)
+    return _pool(a, _one, jobs, "runs", every=100, base=_base(a))
 
 
-def _base(a: argparse.Namespace) -> dict[str, list[dict]] | None | bool:
-    """The cells of ``--fill-from`` (None without one); False, with the reason on stderr, for a baseline run
-    with another trial budget (its cells would not compare with this sweep's)."""
+class Refused(ValueError):
+    """A sweep that must not run; :func:`main` prints its message on stderr and returns 2, writing nothing."""
+
+
+def _base(a: argparse.Namespace) -> dict[str, list[dict]] | None:
+    """The cells of ``--fill-from`` (None without one).  Raises :class:`Refused` for a baseline run with another
+    trial budget (its cells would not compare with this sweep's)."""
     if not a.fill_from:
         return None
     doc = json.loads(Path(a.fill_from).read_text())
     if doc.get("trials") != a.trials:
-        print(f"sweep: {a.fill_from} was run with {doc.get('trials')} trials, not {a.trials}", file=sys.stderr)
-        return False
+        raise Refused(f"{a.fill_from} was run with {doc.get('trials')} trials, not {a.trials}")
     return doc["cells"]
 
 
@@ -144,15 +144,12 @@ def cmd_transfer(a: argparse.Namespace) -> int:
         wanted = [tuple(d.split("->")) for d in a.directions.split(",")]
         unknown = [d for d in wanted if d not in DIRECTIONS]
         if unknown:
-            print(f"sweep: unknown direction {'->'.join(unknown[0])} (known: "
-                  f"{', '.join(s + '->' + t for s, t in DIRECTIONS)})", file=sys.stderr)
-            return 2
+            raise Refused(f"unknown direction {'->'.join(unknown[0])} (known: "
+                          f"{', '.join(s + '->' + t for s, t in DIRECTIONS)})")
         directions = wanted
     base = _base(a)
-    if base is False:
-        return 2
     jobs = [(src, tgt, a.seed0 + r, a.trials) for src, tgt in directions for r in range(a.repeats)]
-    return _pool(a, _one_transfer, jobs, "repeats", every=20, base=base or None)
+    return _pool(a, _one_transfer, jobs, "repeats", every=20, base=base)
 
 
 def cmd_transfer_criterion(a: argparse.Namespace) -> int:
@@ -294,8 +291,12 @@ def main(argv: list[str] | None = None) -> int:
     tc = sub.add_parser("transfer-criterion")
     tc.add_argument("sweep")
     a = ap.parse_args(argv)
-    return {"run": cmd_run, "compare": cmd_compare, "criterion": cmd_criterion, "transfer": cmd_transfer,
-            "transfer-criterion": cmd_transfer_criterion}[a.cmd](a)
+    try:
+        return {"run": cmd_run, "compare": cmd_compare, "criterion": cmd_criterion, "transfer": cmd_transfer,
+                "transfer-criterion": cmd_transfer_criterion}[a.cmd](a)
+    except Refused as e:
+        print(f"sweep: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -163,8 +163,7 @@ class FailureLedger:
         hinted = {_tkey(t) for t in self.suspected}
 
         def score(t: Tuple_) -> tuple:
-            hits = sum(1 for r in self.crash_records if set(t) <= r)
-            return (-hits, _tkey(t) not in hinted, -sum(abs(risk(s)) for s in t), _tkey(t))
+            return (-self._tuple_hits(t), _tkey(t) not in hinted, -sum(abs(risk(s)) for s in t), _tkey(t))
         return min(options, key=score)
 
     def shares(self, settings: frozenset[Setting]) -> list[float]:
@@ -193,7 +192,12 @@ class FailureLedger:
                     out.append((s, r))
         return out
 
+    def _tuple_hits(self, t: Tuple_) -> int:
+        """How many crash records hold every setting of ``t``."""
+        return sum(1 for rec in self.crash_records if set(t) <= rec)
+
     def _requirement_hits(self, req: tuple[Setting, Setting]) -> int:
+        """How many crash records hold ``s`` without ``r``."""
         s, r = req
         return sum(1 for rec in self.crash_records if s in rec and r not in rec)
 
@@ -208,9 +212,9 @@ class FailureLedger:
             if reqs:
                 # a requirement explains the record only when it accounts for more crash records than any open
                 # tuple does (ties keep the tuple: the pair ban is the older, better-measured rule)
-                best = max(reqs, key=lambda q: (self._requirement_hits(q), settings_key(q[1])))
-                tuple_hits = (sum(1 for r in self.crash_records if set(t) <= r) if t is not None else 0)
-                if self._requirement_hits(best) > tuple_hits:
+                hits, best = max(((self._requirement_hits(q), q) for q in reqs),
+                                 key=lambda hq: (hq[0], settings_key(hq[1][1])))
+                if hits > (self._tuple_hits(t) if t is not None else 0):
                     required[(settings_key(best[0]), settings_key(best[1]))] = best
                     continue
             if t is None:
