@@ -12,6 +12,12 @@ proposed it (the controller's ``proposed_by``; ``-`` for the baselines, which ke
 
     python bench/trace.py quiet_node_levers --slots 8 --seed 0
     python bench/trace.py bench/landscapes/heldout_bert_unpad_a100.py --slots 4 --seed 12 --trials 32
+
+With ``--source`` it traces the target campaign of ``infrarsi bench transfer`` instead: the source landscape's
+campaign on the same seed is written back into a fresh bank, and the traced campaign starts from what ``--mode``
+retrieves from it (trials 30, as the transfer sweep; the coverage grades are printed first):
+
+    python bench/trace.py transfer_b200_qwen7b --source transfer_l40s_qwen7b --mode bank-filtered --trials 30
 """
 
 from __future__ import annotations
@@ -25,8 +31,10 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 
 
-def trace(path: str, seed: int, slots: int, trials: int, strategy: str = "infrarsi") -> list[dict[str, Any]]:
-    """Run one campaign and return one row per completed trial (see the module docstring for the fields)."""
+def trace(path: str, seed: int, slots: int, trials: int, strategy: str = "infrarsi",
+          experience: list[dict] | None = None) -> list[dict[str, Any]]:
+    """Run one campaign and return one row per completed trial (see the module docstring for the fields);
+    ``experience``: retrieved records for the controller, as in the transfer benchmark."""
     from infrarsi.controller.search import benchmark
     from infrarsi.controller.search.landscape import load_landscape
     from infrarsi.controller.search.space import PATCH
@@ -53,7 +61,8 @@ def trace(path: str, seed: int, slots: int, trials: int, strategy: str = "infrar
 
     benchmark.make_strategy = capturing
     try:
-        camp = benchmark.simulate_campaign(land, strategy, seed, trials, 1, slots if slots > 1 else None)
+        camp = benchmark.simulate_campaign(land, strategy, seed, trials, 1, slots if slots > 1 else None,
+                                           experience=experience)
     finally:
         benchmark.make_strategy = make
     by = getattr(captured[0], "proposed_by", {})  # the controller's operator per candidate; baselines have none
@@ -80,10 +89,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slots", type=int, default=1, help="concurrent trials (1: one at a time)")
     p.add_argument("--trials", type=int, default=32)
     p.add_argument("--strategy", default="infrarsi")
+    p.add_argument("--source", help="trace a transfer target: the source landscape written back into the bank")
+    p.add_argument("--mode", default="bank-filtered", help="with --source: cold, bank-all or bank-filtered")
     a = p.parse_args(argv)
-    path = a.landscape if a.landscape.endswith(".py") else str(HERE / "landscapes" / f"{a.landscape}.py")
+    where = lambda n: n if n.endswith(".py") else str(HERE / "landscapes" / f"{n}.py")  # noqa: E731
+    path = where(a.landscape)
+    experience = None
+    if a.source:
+        from infrarsi.controller.experience.transfer import MODES, source_experience
+        from infrarsi.controller.search.landscape import load_landscape
+
+        if a.mode not in MODES:
+            p.error(f"--mode: unknown {a.mode!r}; choose from {', '.join(MODES)}")
+        experience, grades = source_experience(load_landscape(where(a.source)), load_landscape(path), a.seed,
+                                               a.trials, (a.mode,))[a.mode]
+        print(f"{len(experience)} records; coverage " + " ".join(f"{k}={v}" for k, v in sorted(grades.items())))
     fmt = lambda x: "     -" if x is None else f"{x:6.3f}"  # noqa: E731
-    for r in trace(path, a.seed, a.slots, a.trials, a.strategy):
+    for r in trace(path, a.seed, a.slots, a.trials, a.strategy, experience):
         print(f"{r['n']:3d} {r['sub']:4d} {r['wall']:7.3f}  {r['status']:8s} {r['by']:9.9s} {fmt(r['true'])} "
               f"{fmt(r['best'])}{'*' if r['reached'] else ' '} {' '.join(r['settings'])}")
     return 0

@@ -139,38 +139,52 @@ def campaign_records(land: Landscape, camp: SimulatedCampaign, label: str) -> tu
     return env, observations, effects
 
 
+def source_experience(source: Landscape, target: Landscape, seed: int, trials: int,
+                      modes: Sequence[str] = tuple(MODES)) -> dict[str, tuple[list[dict], dict[str, str]]]:
+    """Step 1 and the retrieval of step 2 for one seed: a fresh bank written back from the source campaign, and per
+    mode the records the target's ``SearchController(experience=...)`` gets with the coverage grade of every
+    knob (``([], {})`` for ``cold``)."""
+    from infrarsi.controller.store.memory import MemoryStore
+
+    tknobs = landscape_knobs(target)
+    tenv = landscape_environment(target, tknobs)
+    base = base_priors(target.space)
+    bank = MemoryStore()
+    src = simulate_campaign(source, "infrarsi", seed, trials)
+    env, obs, effs = campaign_records(source, src, f"source-{seed}")
+    bank.add_environment(env)
+    bank.add_observations(obs)
+    bank.add_effects(effs)
+    stored_effects, stored_obs, envs = bank.effects(), bank.experience_observations(), bank.environments()
+    out: dict[str, tuple[list[dict], dict[str, str]]] = {}
+    for m in modes:
+        mode = MODES[m]
+        if mode is None:
+            out[m] = ([], {})
+        else:
+            exp, g = search_experience(stored_effects, stored_obs, envs, tenv, tknobs, base, mode)
+            out[m] = (exp, dict(g))
+    return out
+
+
 def run_transfer(source: Landscape, target: Landscape, modes: Sequence[str] = tuple(MODES), trials: int = 30,
                  repeats: int = 10, seed0: int = 0, source_trials: int | None = None) -> dict[str, Any]:
     """The transfer benchmark's JSON object (see ``bench/README.md``)."""
-    from infrarsi.controller.store.memory import MemoryStore
-
     bad = [m for m in modes if m not in MODES]
     if not modes or bad:
         raise InfrarsiError(f"--modes: unknown {', '.join(bad) or '(empty)'}; choose from {', '.join(MODES)}")
     peak = target.peak_speedup()
-    tknobs = landscape_knobs(target)
-    tenv = landscape_environment(target, tknobs)
-    base = base_priors(target.space)
+    landscape_environment(target, landscape_knobs(target))  # refuse a target without ENVIRONMENT before any work
     scores: dict[str, list[Any]] = {m: [] for m in modes}
     records: dict[str, list[int]] = {m: [] for m in modes}
     grades: dict[str, dict[str, str]] = {}
     for r in range(repeats):
         seed = seed0 + r
-        bank = MemoryStore()
-        src = simulate_campaign(source, "infrarsi", seed, source_trials or trials)
-        env, obs, effs = campaign_records(source, src, f"source-{seed}")
-        bank.add_environment(env)
-        bank.add_observations(obs)
-        bank.add_effects(effs)
-        stored_effects = bank.effects()
-        stored_obs = bank.experience_observations()
-        envs = bank.environments()
+        experience = source_experience(source, target, seed, source_trials or trials, modes)
         for m in modes:
-            exp: list[dict] = []
-            if MODES[m] is not None:
-                exp, g = search_experience(stored_effects, stored_obs, envs, tenv, tknobs, base, MODES[m])
-                if r == 0:
-                    grades[m] = dict(g)
+            exp, g = experience[m]
+            if MODES[m] is not None and r == 0:
+                grades[m] = dict(g)
             camp = simulate_campaign(target, "infrarsi", seed, trials, experience=exp)
             scores[m].append(score_campaign(target, camp, peak))
             records[m].append(len(exp))
@@ -190,4 +204,5 @@ def run_transfer(source: Landscape, target: Landscape, modes: Sequence[str] = tu
     return out
 
 
-__all__ = ["MODES", "landscape_environment", "landscape_knobs", "base_priors", "campaign_records", "run_transfer"]
+__all__ = ["MODES", "landscape_environment", "landscape_knobs", "base_priors", "campaign_records",
+           "source_experience", "run_transfer"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from infrarsi.controller.search.benchmark import run_repeat
 from infrarsi.controller.search.landscape import load_landscape
 
@@ -28,3 +30,27 @@ def test_the_trace_marks_the_trial_the_benchmark_counts(capsys) -> None:
     assert trace.main([str(LAND), "--slots", "4", "--seed", "3", "--trials", "6"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 6 and out[0].split()[0] == "1"
+
+
+def test_a_transfer_trace_marks_the_trial_the_transfer_benchmark_counts(capsys) -> None:
+    """``--source``: the target campaign of ``infrarsi bench transfer`` on one seed, the same trials it scores."""
+    from bench import trace
+    from infrarsi.controller.experience.transfer import run_transfer, source_experience
+
+    here = LAND.parent
+    src, tgt = here / "transfer_h200_gpt7b.py", here / "transfer_h20_gpt7b.py"
+    res = run_transfer(load_landscape(src), load_landscape(tgt), ("cold", "bank-filtered"), trials=12, repeats=1,
+                       seed0=2)
+    got = source_experience(load_landscape(src), load_landscape(tgt), 2, 12, ("cold", "bank-filtered"))
+    assert got["cold"] == ([], {}) and got["bank-filtered"][0]
+    for mode in ("cold", "bank-filtered"):
+        rows = trace.trace(str(tgt), seed=2, slots=1, trials=12, experience=got[mode][0])
+        reached = [r["n"] for r in rows if r["reached"]]
+        t90 = res["modes"][mode]["median_trials_to_90"]
+        assert reached == ([t90] if t90 is not None else []), mode
+    assert trace.main([str(tgt), "--source", str(src), "--seed", "2", "--trials", "5"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 6 and "records; coverage" in out[0] and "=covered" in out[0]  # the grades, then 5 trials
+    with pytest.raises(SystemExit):  # an unknown mode is refused by argparse, naming the modes
+        trace.main([str(tgt), "--source", str(src), "--mode", "bank-some"])
+    assert "choose from cold, bank-all, bank-filtered" in capsys.readouterr().err
