@@ -350,7 +350,8 @@ def setting_priors(retrieved: Sequence[Retrieved], base: Mapping[tuple[str, Any]
     "distance"}`` and, where records measured memory, ``"mem_gib"``/``"mem_sd"``.  Records whose sign does not
     transfer (``Retrieved.signed`` False: balance or FP8 effects from another SKU) never move the speed prior: a
     setting with only such records gets no ``log_speedup``/``prior_sd`` (the knob's own prior stays), only the
-    memory prior.
+    memory prior and ``"unsigned_gain"``, the largest |log-speedup| measured elsewhere (the setting mattered on
+    other hardware and its sign here is unknown: the search probes it, ``proposals._contrarian``).
 
     ``base`` maps (knob, value) to the knob's own prior (mean, SD); settings not in it start from (0,
     ``default_sd``).  Deterministic in the order of ``retrieved``; settings are listed in first-retrieved order.
@@ -367,6 +368,8 @@ def setting_priors(retrieved: Sequence[Retrieved], base: Mapping[tuple[str, Any]
         if speed:
             mean, sd = _pool([r.effect.log_speedup for r in speed], [record_sd(r) for r in speed])
             row["log_speedup"], row["prior_sd"] = combine(m0, s0, mean, sd)
+        else:
+            row["unsigned_gain"] = max(abs(float(r.effect.log_speedup)) for r in rs)
         row.update({"records": len(rs), "coverage": rs[0].coverage, "distance": min(r.distance for r in rs)})
         # memory deltas measured against the reference state only: a paired delta measured on top of other
         # settings (its conditioning) is that delta under them, and memory is not additive (activations per

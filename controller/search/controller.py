@@ -122,6 +122,11 @@ class SearchController:
         self.transferred: dict[Setting, float] = {
             (r["knob"], r["value"]): float(r["log_speedup"]) for r in self.experience
             if "knob" in r and "prior_sd" in r and float(r.get("distance") or 0.0) > 0}
+        #: settings whose records elsewhere carry no sign here (balance or FP8 effects from another SKU): the
+        #: largest |log-speedup| they were measured at
+        self.sign_unknown: dict[Setting, float] = {
+            (r["knob"], r["value"]): float(r["unsigned_gain"]) for r in self.experience
+            if "knob" in r and "prior_sd" not in r and r.get("unsigned_gain") is not None}
         self.ledger.risk = lambda st: float(self.prior_mu[self.fmap.index[st]]) if st in self.fmap.index else 0.0
         nv = max(self.sigma, float(self.tune["model_noise_floor"])) ** 2
         self.time = TimeModel(self.fmap, self.prior_mu, self.prior_sd, nv, float(self.tune["pair_prior_sd"]),
@@ -258,11 +263,15 @@ class SearchController:
         the crash the suspect stood for has an explanation here (the source's blame was one guess among several,
         and a wrong guess must not keep its settings apart for good).  A suspect this campaign bans itself is
         refused by the ledger as any ban."""
-        for t in self.ledger.suspected:
-            held = set(t)
-            if held <= sets and not any(set(b) & held and set(b) != held for b in self.ledger.banned):
+        for t in self.active_suspects():
+            if set(t) <= sets:
                 return "suspected conflict " + " & ".join(settings_key(s) for s in t) + " (experience)"
         return None
+
+    def active_suspects(self) -> list[tuple[Setting, ...]]:
+        """The suspected conflicts (``{"suspect": ...}`` experience) admission still avoids (see :meth:`_suspected`)."""
+        return [t for t in self.ledger.suspected
+                if not any(set(b) & set(t) and set(b) != set(t) for b in self.ledger.banned)]
 
     def _second_near_copy(self, cand: Candidate, taken: set[Candidate]) -> str | None:
         """Why ``cand`` would be a second busy near copy of a crash whose cause is open, else None.

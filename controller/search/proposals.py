@@ -168,13 +168,14 @@ def initial_starts(view: SearchView) -> list[Candidate]:
     return starts
 
 
-def _with_setting(view: SearchView, base: Candidate, s: Setting) -> Candidate:
-    """``base`` plus setting ``s``, reverting settings banned together with ``s`` and adding a saver if needed."""
+def _with_setting(view: SearchView, base: Candidate, s: Setting, suspects: bool = False) -> Candidate:
+    """``base`` plus setting ``s``, reverting settings banned together with ``s`` (``suspects``: also those another
+    campaign suspected together with it) and adding a saver if needed."""
     if s[0] == PATCH:
         return Candidate(base.config, base.patches | {s[1]})
     cand = base.with_values({s[0]: s[1]})
     sets = cand.settings(view.space)
-    for t in view.conflicts:
+    for t in view.conflicts + (view.suspects if suspects else ()):
         if s in t and set(t) <= sets:
             for other in t:
                 if other != s and other[0] != PATCH:
@@ -355,20 +356,31 @@ def _told_probes(view: SearchView) -> tuple[frozenset[Setting], frozenset[Settin
 
 def _contrarian(view: SearchView, busy: set[Candidate] = frozenset()) -> Iterator[tuple[str, Candidate]]:
     """Untried settings the prior (stated, or transferred from experience measured elsewhere) rates low (<= 0)
-    yet whose two-sigma upside clears the gate (one lost with a failing base after the never-tried ones)."""
+    yet whose two-sigma upside clears the gate (one lost with a failing base after the never-tried ones).
+
+    A setting measured elsewhere by at least the gate whose sign does not carry here (``view.sign_unknown``: a
+    balance or FP8 effect from another GPU SKU) is probed the same way while its prior stays at or below 0 and a
+    conflict (known, banned or suspected by another campaign) keeps it from a setting the incumbent holds: the
+    pool reaches it only by giving up that partner's measured gain, so it would be tried late or never, though
+    it mattered on other hardware and may be the biggest lever here (the larger |effect| first among equal
+    upsides; the probe switches the partner off, :func:`_with_setting`)."""
     tried, lost = _probed(view, busy)
+    held = view.incumbent.settings(view.space)
+    unsigned = {s: g for s, g in view.sign_unknown.items()
+                if any(s in t and all(o == s or o in held for o in t) for t in view.conflicts + view.suspects)}
     picks = []
     for s, (prior, post, sd) in view.single_effects().items():
         if s[0] == PATCH or s in tried:
             continue
         k = view.space.knob(s[0])
         stated = bool(k.prior_mean) and s[1] in k.prior_mean
-        if not (stated or s in view.transferred) or prior > 0:
+        elsewhere = unsigned.get(s, 0.0) >= view.gate
+        if not (stated or s in view.transferred or elsewhere) or prior > 0:
             continue
         if post + 2 * sd >= view.gate:
-            picks.append((s in lost, -(post + 2 * sd), settings_key(s), s))
+            picks.append((s in lost, -(post + 2 * sd), -unsigned.get(s, 0.0), settings_key(s), s))
     for *_, s in sorted(picks)[:1]:
-        yield "contrarian", _with_setting(view, view.incumbent, s)
+        yield "contrarian", _with_setting(view, view.incumbent, s, suspects=s in unsigned)
 
 
 def _apart_effect(view: SearchView, s: Setting) -> float | None:

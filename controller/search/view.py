@@ -109,6 +109,11 @@ class SearchView:
         return types.MappingProxyType(self._c.transferred)
 
     @property
+    def sign_unknown(self) -> Mapping[Setting, float]:
+        """Settings measured elsewhere whose sign does not carry here: the largest |log-speedup| measured."""
+        return types.MappingProxyType(self._c.sign_unknown)
+
+    @property
     def prior_mu(self) -> np.ndarray:
         """Prior mean log-speedup per single feature (a read-only array, feature order)."""
         a = self._c.prior_mu.view()
@@ -263,6 +268,11 @@ class SearchView:
     def conflicts(self) -> tuple[Conflict, ...]:
         """Banned tuples (derived from crashes) then known conflicts."""
         return tuple(self._c.ledger.banned) + tuple(self._c.ledger.known_conflicts)
+
+    @property
+    def suspects(self) -> tuple[Conflict, ...]:
+        """Conflicts another campaign suspected that admission still avoids (``SearchController._suspected``)."""
+        return tuple(self._c.active_suspects())
 
     @property
     def verified_patches(self) -> frozenset[str]:

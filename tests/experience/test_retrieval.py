@@ -130,6 +130,10 @@ def test_priors_shrink_with_distance_and_partial_scope() -> None:
     # a balance effect from another SKU moves no speed prior (its sign may flip), only the memory prior
     assert "log_speedup" not in px and "prior_sd" not in px and px["coverage"] == "partial"
     assert px["mem_gib"] == pytest.approx(-30.0) and px["mem_sd"] > 1.0
+    # ... but says how much it mattered there, sign withheld: a harmful one as much as a helpful one
+    assert px["unsigned_gain"] == pytest.approx(0.10) and "unsigned_gain" not in pf
+    (ph,) = setting_priors(retrieve([effect("tensor_parallel", "4", -0.07, H20)], H200, KNOBS), {})
+    assert ph["unsigned_gain"] == pytest.approx(0.07)
     # the knob's own prior enters as the base; conflicting records widen the SD
     (pb,) = setting_priors(far, {("compile", "inductor"): (-0.05, 0.05)})
     assert pb["log_speedup"] < pf["log_speedup"]

@@ -416,3 +416,31 @@ def test_an_oom_risk_costs_the_gain_it_could_show_not_the_incumbents_level():
     assert acq[0] > acq[1]
     beta, pen = c.tune["beta"], c.tune["fail_penalty"]
     assert acq == pytest.approx(p * (mu + beta * sd - c.incumbent_y) - (1 - p) * pen)
+
+
+def test_a_setting_whose_sign_does_not_transfer_is_probed_without_its_suspected_partner():
+    """Mixtral H100 -> H20: FP8 hurt on the source SKU, so its record carries no sign here (it only says FP8
+    mattered there), and the source suspected FP8 x grouped GEMM.  With grouped GEMM a covered, helping prior,
+    nothing made the search try FP8 until late (the pool rates FP8-without-grouped-GEMM below the incumbent);
+    on the compute-bound target it is the biggest lever.  It is now probed once, on the incumbent, with the
+    suspected partner switched off.  Controls: the same records without ``unsigned_gain``, or without the
+    suspect, give no such probe."""
+    space = SearchSpace((KnobSpec("fp8", (False, True), False), KnobSpec("grouped", (False, True), False),
+                         KnobSpec("compile", (False, True), False)))
+    base = [{"knob": "grouped", "value": True, "log_speedup": 0.06, "prior_sd": 0.03, "distance": 1.0},
+            {"knob": "compile", "value": True, "log_speedup": 0.05, "prior_sd": 0.03, "distance": 1.0},
+            {"suspect": [["fp8", True], ["grouped", True]]}]
+    fp8 = {"knob": "fp8", "value": True, "records": 1, "coverage": "partial", "distance": 1.0}
+
+    def probes(experience: list[dict]) -> list[dict]:
+        c = SearchController(space, make_noise(), 1.0, 80.0, seed=0, experience=experience)
+        c.starts = []
+        c.tell(c.reference.with_values({"grouped": True, "compile": True}), ok(0.11))
+        return [p.as_dict() for _, p in proposals._contrarian(c.view)]
+
+    assert probes(base + [{**fp8, "unsigned_gain": 0.04}]) == [{"fp8": True, "grouped": False, "compile": True}]
+    assert probes(base + [fp8]) == []
+    # nothing keeps FP8 from the incumbent (no suspect): the pool adds it like any unmeasured lever, no probe
+    assert probes(base[:2] + [{**fp8, "unsigned_gain": 0.04}]) == []
+    # a setting that barely mattered elsewhere (below the gate) is left to the model
+    assert probes(base + [{**fp8, "unsigned_gain": 0.0001}]) == []
