@@ -59,7 +59,8 @@ def _one(args: tuple[str, str, int, int, int]) -> tuple[str, dict]:
 DIRECTIONS = tuple((a, b) for x, y in (("transfer_h20_gpt7b", "transfer_h200_gpt7b"),
                                        ("transfer_h20_llama8b", "transfer_h100_llama8b"),
                                        ("transfer_h20_mixtral", "transfer_h100_mixtral"),
-                                       ("transfer_l40s_qwen7b", "transfer_b200_qwen7b")) for a, b in ((x, y), (y, x)))
+                                       ("transfer_l40s_qwen7b", "transfer_b200_qwen7b"),
+                                       ("transfer_h20_neox20b", "transfer_h100_neox20b")) for a, b in ((x, y), (y, x)))
 
 
 def _one_transfer(args: tuple[str, str, int, int]) -> list[tuple[str, dict]]:
@@ -157,11 +158,12 @@ def cmd_transfer_criterion(a: argparse.Namespace) -> int:
     promotion."""
     m = medians(json.loads(Path(a.sweep).read_text()))
     inf = lambda x: math.inf if x is None else x  # noqa: E731
-    held = 0
+    held = swept = 0
     for src, tgt in DIRECTIONS:
         row = {mode: m.get(f"{src}->{tgt}/{mode}") for mode in ("cold", "bank-all", "bank-filtered")}
         if any(v is None for v in row.values()):
             continue
+        swept += 1
         f = row["bank-filtered"]
         ok = inf(f["t90"]) < inf(row["cold"]["t90"]) and inf(f["t90"]) < inf(row["bank-all"]["t90"]) \
             and not any(v["false"] for v in row.values())
@@ -170,7 +172,8 @@ def cmd_transfer_criterion(a: argparse.Namespace) -> int:
               f"{_fmt(row['bank-all']['t90'])}, filtered {_fmt(f['t90'])} (finals {row['cold']['final']:.3f} / "
               f"{row['bank-all']['final']:.3f} / {f['final']:.3f}; false "
               f"{sum(v['false'] for v in row.values())})")
-    print(f"{held} of {len(DIRECTIONS)} directions hold")
+    print(f"{held} of {swept} directions hold" + (f" ({len(DIRECTIONS) - swept} not in the file)"
+                                                  if swept < len(DIRECTIONS) else ""))
     return 0
 
 
@@ -285,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("transfer", help="every direction of DIRECTIONS (or --directions), every mode, per seed")
     _pool_arguments(t, trials=30)
     t.add_argument("--directions", default="", metavar="SRC->TGT,...",
-                   help="comma-separated directions of DIRECTIONS, by landscape stem; default: all eight")
+                   help="comma-separated directions of DIRECTIONS, by landscape stem; default: all of them")
     t.add_argument("--fill-from", default="", metavar="SWEEP",
                    help="copy the directions this run does not sweep from SWEEP (a transfer sweep file)")
     tc = sub.add_parser("transfer-criterion")
