@@ -14,7 +14,7 @@ criterion.  The numerics are CPU-independent, so files from different machines c
     python bench/sweep.py compare /tmp/before.json /tmp/after.json
     # issue 15's "done when" for infrarsi in AFTER, against peers in PEERS (a sweep file with the peers)
     python bench/sweep.py criterion /tmp/after.json --peers bench/results/peers-30.json
-    # the transfer benchmark's 8 directions, every mode, per seed; issue 13's criterion
+    # the transfer benchmark's directions (DIRECTIONS), every mode, per seed; issue 13's criterion
     python bench/sweep.py transfer --repeats 30 --jobs 2 --out /tmp/transfer.json
     python bench/sweep.py transfer-criterion /tmp/transfer.json
     # one direction only, the other seven from a baseline transfer sweep

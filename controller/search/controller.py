@@ -231,8 +231,10 @@ class SearchController:
         return big
 
     # -------------------------------------------------------------- admission
-    def admissible(self, cand: Candidate, taken: set[Candidate]) -> str | None:
-        """Why ``cand`` may not be proposed now (None if it may)."""
+    def admissible(self, cand: Candidate, taken: set[Candidate], op: str | None = None) -> str | None:
+        """Why ``cand`` may not be proposed now (None if it may); ``op``, the proposing operator: a
+        ``suspect-test`` (``proposals._contrarian``) is built to hold one suspected conflict, so suspects do not
+        refuse it (everything else does)."""
         if cand in self.told or cand in taken or cand in self.outstanding:
             return "visited"
         if cand in self.tabu:
@@ -248,7 +250,7 @@ class SearchController:
         why = self._second_near_copy(cand, taken)
         if why:
             return why
-        why = self._suspected(sets)
+        why = self._suspected(sets) if op != "suspect-test" else None
         if why:
             return why
         for s, need in self.ledger.needs_saver.items():
@@ -261,8 +263,9 @@ class SearchController:
 
         A suspect is avoided until this campaign's own ledger bans another tuple sharing one of its settings: then
         the crash the suspect stood for has an explanation here (the source's blame was one guess among several,
-        and a wrong guess must not keep its settings apart for good).  A suspect this campaign bans itself is
-        refused by the ledger as any ban."""
+        and a wrong guess must not keep its settings apart for good), or until a run holding the whole tuple
+        passes here (a suspect test, ``proposals._contrarian``: the guess was wrong).  A suspect this campaign
+        bans itself is refused by the ledger as any ban."""
         for t in self.active_suspects():
             if set(t) <= sets:
                 return "suspected conflict " + " & ".join(settings_key(s) for s in t) + " (experience)"
@@ -271,7 +274,8 @@ class SearchController:
     def active_suspects(self) -> list[tuple[Setting, ...]]:
         """The suspected conflicts (``{"suspect": ...}`` experience) admission still avoids (see :meth:`_suspected`)."""
         return [t for t in self.ledger.suspected
-                if not any(set(b) & set(t) and set(b) != set(t) for b in self.ledger.banned)]
+                if not any(set(b) & set(t) and set(b) != set(t) for b in self.ledger.banned)
+                and not any(set(t) <= p for p in self.ledger.passing)]
 
     def _second_near_copy(self, cand: Candidate, taken: set[Candidate]) -> str | None:
         """Why ``cand`` would be a second busy near copy of a crash whose cause is open, else None.
@@ -330,7 +334,7 @@ class SearchController:
             got: tuple[str, Candidate] | None = None
             with self._fantasized(busy):
                 for op, cand in proposals.propose(self.view, rng, taken, busy):
-                    why = self.admissible(cand, taken)
+                    why = self.admissible(cand, taken, op)
                     if why is not None:
                         self.pre_execution_rejections += 1
                         continue

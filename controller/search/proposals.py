@@ -31,14 +31,14 @@ trust region.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 import numpy as np
 
 from infrarsi.controller.search import batch, refine
 from infrarsi.controller.search.models import log_speedup, stable
 from infrarsi.controller.search.space import PATCH, Candidate, Outcome, Setting, settings_key
-from infrarsi.controller.search.view import FollowUps, SearchView, view_of
+from infrarsi.controller.search.view import Conflict, FollowUps, SearchView, view_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from infrarsi.controller.search.controller import SearchController
@@ -363,24 +363,35 @@ def _contrarian(view: SearchView, busy: set[Candidate] = frozenset()) -> Iterato
     conflict (known, banned or suspected by another campaign) keeps it from a setting the incumbent holds: the
     pool reaches it only by giving up that partner's measured gain, so it would be tried late or never, though
     it mattered on other hardware and may be the biggest lever here (the larger |effect| first among equal
-    upsides; the probe switches the partner off, :func:`_with_setting`)."""
+    upsides; the probe switches the partner off, :func:`_with_setting`).
+
+    After those, a *suspect test*: an untried setting that nothing rates harmful (prior >= 0), whose upside clears
+    the gate and which only a suspected conflict (another campaign's unproven blame, ``view.suspects``) keeps
+    from the incumbent is tried on the incumbent *with* the suspected partner.  A wrong suspect would otherwise
+    keep a lever out of the search for good (nothing here ever crashes on it, so nothing lifts it); a crash costs
+    one early-ending trial and confirms the ban, a passing run lifts the suspect."""
     tried, lost = _probed(view, busy)
     held = view.incumbent.settings(view.space)
-    unsigned = {s: g for s, g in view.sign_unknown.items()
-                if any(s in t and all(o == s or o in held for o in t) for t in view.conflicts + view.suspects)}
-    picks = []
+
+    def kept_apart(s: Setting, tuples: Iterable[Conflict]) -> bool:  # a tuple holds s and incumbent settings only
+        return any(s in t and all(o == s or o in held for o in t) for t in tuples)
+
+    unsigned = {s: g for s, g in view.sign_unknown.items() if kept_apart(s, view.conflicts + view.suspects)}
+    picks, tests = [], []
     for s, (prior, post, sd) in view.single_effects().items():
-        if s[0] == PATCH or s in tried:
+        if s[0] == PATCH or s in tried or post + 2 * sd < view.gate:
             continue
         k = view.space.knob(s[0])
         stated = bool(k.prior_mean) and s[1] in k.prior_mean
         elsewhere = unsigned.get(s, 0.0) >= view.gate
-        if not (stated or s in view.transferred or elsewhere) or prior > 0:
-            continue
-        if post + 2 * sd >= view.gate:
+        if (stated or s in view.transferred or elsewhere) and prior <= 0:
             picks.append((s in lost, -(post + 2 * sd), -unsigned.get(s, 0.0), settings_key(s), s))
+        elif prior >= 0 and not elsewhere and kept_apart(s, view.suspects):
+            tests.append((s in lost, -(post + 2 * sd), settings_key(s), s))
     for *_, s in sorted(picks)[:1]:
         yield "contrarian", _with_setting(view, view.incumbent, s, suspects=s in unsigned)
+    for *_, s in sorted(tests)[:1]:
+        yield "suspect-test", view.incumbent.with_values({s[0]: s[1]})
 
 
 def _apart_effect(view: SearchView, s: Setting) -> float | None:

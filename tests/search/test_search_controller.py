@@ -423,8 +423,8 @@ def test_a_setting_whose_sign_does_not_transfer_is_probed_without_its_suspected_
     mattered there), and the source suspected FP8 x grouped GEMM.  With grouped GEMM a covered, helping prior,
     nothing made the search try FP8 until late (the pool rates FP8-without-grouped-GEMM below the incumbent);
     on the compute-bound target it is the biggest lever.  It is now probed once, on the incumbent, with the
-    suspected partner switched off.  Controls: the same records without ``unsigned_gain``, or without the
-    suspect, give no such probe."""
+    suspected partner switched off.  Controls: without ``unsigned_gain`` the suspect itself is tested (next
+    test); without the suspect nothing keeps FP8 from the incumbent and the pool adds it like any lever."""
     space = SearchSpace((KnobSpec("fp8", (False, True), False), KnobSpec("grouped", (False, True), False),
                          KnobSpec("compile", (False, True), False)))
     base = [{"knob": "grouped", "value": True, "log_speedup": 0.06, "prior_sd": 0.03, "distance": 1.0},
@@ -432,15 +432,47 @@ def test_a_setting_whose_sign_does_not_transfer_is_probed_without_its_suspected_
             {"suspect": [["fp8", True], ["grouped", True]]}]
     fp8 = {"knob": "fp8", "value": True, "records": 1, "coverage": "partial", "distance": 1.0}
 
-    def probes(experience: list[dict]) -> list[dict]:
+    def probes(experience: list[dict]) -> list[tuple[str, dict]]:
         c = SearchController(space, make_noise(), 1.0, 80.0, seed=0, experience=experience)
         c.starts = []
         c.tell(c.reference.with_values({"grouped": True, "compile": True}), ok(0.11))
-        return [p.as_dict() for _, p in proposals._contrarian(c.view)]
+        return [(tag, p.as_dict()) for tag, p in proposals._contrarian(c.view)]
 
-    assert probes(base + [{**fp8, "unsigned_gain": 0.04}]) == [{"fp8": True, "grouped": False, "compile": True}]
-    assert probes(base + [fp8]) == []
-    # nothing keeps FP8 from the incumbent (no suspect): the pool adds it like any unmeasured lever, no probe
+    assert probes(base + [{**fp8, "unsigned_gain": 0.04}]) == [
+        ("contrarian", {"fp8": True, "grouped": False, "compile": True})]
     assert probes(base[:2] + [{**fp8, "unsigned_gain": 0.04}]) == []
-    # a setting that barely mattered elsewhere (below the gate) is left to the model
-    assert probes(base + [{**fp8, "unsigned_gain": 0.0001}]) == []
+    # a setting that barely mattered elsewhere (below the gate) is not probed apart: the suspect is tested
+    assert [t for t, _ in probes(base + [{**fp8, "unsigned_gain": 0.0001}])] == ["suspect-test"]
+
+
+def test_a_suspect_that_keeps_an_unrated_lever_out_is_tested_and_lifted_when_the_run_passes():
+    """NeoX 20B H100 -> H20 (the held-out pair of session 13): the source blamed a crash on FP8 x flash attention
+    (it was FP8 x ZeRO-3).  FP8 had no record (graded null), flash attention a covered, helping one, so the
+    suspect kept FP8 out of every trial and the target never reached 90% in 3 of 30 seeds, FP8 being its
+    biggest lever.  Now the suspect is tested: the incumbent plus FP8, holding flash.  Admission lets that one
+    candidate hold the suspect; a passing run lifts it, a crash bans the pair like any crash here.  Controls:
+    a lever the prior rates harmful is not tested; any other operator is still refused the suspect."""
+    space = SearchSpace((KnobSpec("fp8", (False, True), False), KnobSpec("flash", (False, True), False),
+                         KnobSpec("ckpt", (False, True), False, prior_mean={True: -0.10})))
+    exp = [{"knob": "flash", "value": True, "log_speedup": 0.09, "prior_sd": 0.03, "distance": 1.0},
+           {"suspect": [["fp8", True], ["flash", True]]}, {"suspect": [["ckpt", True], ["flash", True]]}]
+    c = SearchController(space, make_noise(), 1.0, 80.0, seed=0, experience=exp)
+    c.starts = []
+    inc = c.reference.with_values({"flash": True})
+    c.tell(inc, ok(0.09))
+    both = inc.with_values({"fp8": True})
+    got = [(tag, p) for tag, p in proposals._contrarian(c.view) if tag == "suspect-test"]
+    assert got == [("suspect-test", both)]  # FP8 (prior 0), not checkpointing (rated harmful)
+    assert "suspected conflict" in (c.admissible(both, set()) or "")
+    assert c.admissible(both, set(), "suspect-test") is None
+    asked = c.ask(1)
+    assert asked == [both] and c.proposed_by[both] == "suspect-test"
+    c.tell(both, ok(0.21))
+    assert c.view.suspects == ((("ckpt", True), ("flash", True)),)  # the passing run lifted FP8 x flash
+    assert c.admissible(both.with_values({"ckpt": True}), set()) is not None  # the other suspect still holds
+    # the same test on a target where the suspect is true: the crash bans the pair
+    c2 = SearchController(space, make_noise(), 1.0, 80.0, seed=0, experience=exp)
+    c2.starts = []
+    c2.tell(inc, ok(0.09))
+    c2.tell(both, Outcome("crash", reason="boom", gpu_hours=0.01))
+    assert c2.ledger.blocked(both.settings(space)) is not None
