@@ -376,7 +376,9 @@ def _contrarian(view: SearchView, busy: set[Candidate] = frozenset()) -> Iterato
     def kept_apart(s: Setting, tuples: Iterable[Conflict]) -> bool:  # a tuple holds s and incumbent settings only
         return any(s in t and all(o == s or o in held for o in t) for t in tuples)
 
-    unsigned = {s: g for s, g in view.sign_unknown.items() if kept_apart(s, view.conflicts + view.suspects)}
+    suspects = view.suspects
+    apart = view.conflicts + suspects
+    unsigned = {s: g for s, g in view.sign_unknown.items() if kept_apart(s, apart)}
     picks, tests = [], []
     for s, (prior, post, sd) in view.single_effects().items():
         if s[0] == PATCH or s in tried or post + 2 * sd < view.gate:
@@ -386,7 +388,7 @@ def _contrarian(view: SearchView, busy: set[Candidate] = frozenset()) -> Iterato
         elsewhere = unsigned.get(s, 0.0) >= view.gate
         if (stated or s in view.transferred or elsewhere) and prior <= 0:
             picks.append((s in lost, -(post + 2 * sd), -unsigned.get(s, 0.0), settings_key(s), s))
-        elif prior >= 0 and not elsewhere and kept_apart(s, view.suspects):
+        elif prior >= 0 and not elsewhere and kept_apart(s, suspects):
             tests.append((s in lost, -(post + 2 * sd), settings_key(s), s))
     for *_, s in sorted(picks)[:1]:
         yield "contrarian", _with_setting(view, view.incumbent, s, suspects=s in unsigned)
