@@ -4,10 +4,12 @@
 filters each through ``admissible`` (visited, tabu, bans, legality, memory
 partners) and keeps the first admissible one per slot (the controller fills
 slots one at a time, each with the busy set: running, pending and this batch's
-earlier slots).  Operators, in order: the three starts;
+earlier slots).  Operators, in order: the three starts; with experience, the
+transfer check of a belief measured elsewhere (:func:`_transfer_check`);
 queued follow-ups derived from tells (bundle completion, conflict
 backtracking and migration, ordered-axis extrapolation, conflict reverts);
-one contrarian probe; patch stacking and patch exploration; when stalled on
+one contrarian probe (with experience also a probe of a lever whose sign did
+not transfer, or a test of a suspected conflict, :func:`_contrarian`); patch stacking and patch exploration; when stalled on
 an incumbent from transferred experience, the refine sweep of its uncovered
 levers (:mod:`refine`); warm restarts and trust-region escape over the
 big-knob set when stalled, else the normal trust region; finally the whole
