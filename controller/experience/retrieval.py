@@ -31,7 +31,7 @@ starts (settings of mechanisms the record does not cover stay at the reference; 
 bank holds no covered, helping effect of), and minimal conflict tuples of covered observations become known
 conflicts (an OOM conflict only when the target has no more memory per GPU than the record).  Setting priors carry
 their smallest distance: the search checks a belief transferred from elsewhere (distance > 0) by a paired toggle
-(``controller/search/proposals.py: _transfer_check``).
+(``controller/search/refine.py: transfer_check``).
 
 **Coverage grades** (:func:`knob_grades`, printed and frozen by ``doctor``): ``covered`` (a covered effect),
 ``partial`` (only partial-scope effects), ``null`` (no effect, but compatible observations ran a non-reference

@@ -5,7 +5,7 @@ filters each through ``admissible`` (visited, tabu, bans, legality, memory
 partners) and keeps the first admissible one per slot (the controller fills
 slots one at a time, each with the busy set: running, pending and this batch's
 earlier slots).  Operators, in order: the three starts; with experience, the
-transfer check of a belief measured elsewhere (:func:`_transfer_check`);
+transfer check of a belief measured elsewhere (:func:`refine.transfer_check`);
 queued follow-ups derived from tells (bundle completion, conflict
 backtracking and migration, ordered-axis extrapolation, conflict reverts);
 one contrarian probe (with experience also a probe of a lever whose sign did
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 import numpy as np
 
 from infrarsi.controller.search import batch, refine
-from infrarsi.controller.search.models import log_speedup, stable
+from infrarsi.controller.search.models import stable
 from infrarsi.controller.search.space import PATCH, Candidate, Outcome, Setting, settings_key
 from infrarsi.controller.search.view import Conflict, FollowUps, SearchView, view_of
 
@@ -398,45 +398,6 @@ def _contrarian(view: SearchView, busy: set[Candidate] = frozenset()) -> Iterato
         yield "suspect-test", view.incumbent.with_values({s[0]: s[1]})
 
 
-def _apart_effect(view: SearchView, s: Setting) -> float | None:
-    """Mean paired log-speedup of setting ``s`` over pairs of ok trials that differ in exactly ``s`` (the reference
-    run counts as a trial at 0), None when it was never measured apart here."""
-    ok = [(c.settings(view.space), log_speedup(view.t0, o.step_time_s)) for c, o in view.history
-          if o.status == "ok"] + [(frozenset(), 0.0)]
-    diffs = [yx - yy for x, yx in ok if s in x for y, yy in ok if s not in y and x - {s} == y]
-    return float(np.mean(diffs)) if diffs else None
-
-
-def _transfer_check(view: SearchView, busy: set[Candidate] = frozenset()) -> Iterator[tuple[str, Candidate]]:
-    """Check a transferred belief: the incumbent without one of its settings whose prior came from experience
-    measured elsewhere (distance > 0), says it helps by at least the gate and was not yet measured apart here;
-    the largest prior first.
-
-    Retrieved experience only sets priors; this makes the target's own paired observation govern the beliefs
-    that steered the search into its incumbent (an effect that flipped sign between GPU generations is caught
-    at once).  Checks go on only while they refute: once such a belief holds (its paired effect here is at least
-    half its prior), the smaller ones are trusted.  Beliefs that a setting hurts are probed by the contrarian
-    operator instead.  One proposal per ask."""
-    helps = {st: p for st, p in view.transferred.items() if p >= view.gate and st[0] != PATCH}
-    if not helps or view.incumbent.is_reference(view.space):
-        return
-    for st, prior in helps.items():
-        got = _apart_effect(view, st)
-        if got is not None and got >= 0.5 * prior:
-            return
-    inc = view.incumbent
-    picks = []
-    for st in inc.settings(view.space):
-        if st not in helps or _apart_effect(view, st) is not None:
-            continue
-        cand = inc.with_values({st[0]: view.space.knob(st[0]).reference})
-        if view.is_told(cand) or view.is_outstanding(cand) or cand in busy or cand.is_reference(view.space):
-            continue
-        picks.append((-helps[st], settings_key(st), cand))
-    for _, _, cand in sorted(picks, key=lambda t: (t[0], t[1]))[:1]:
-        yield "transfer-check", cand
-
-
 def _patch_ops(view: SearchView, upside_low: bool,
                busy: set[Candidate] = frozenset()) -> Iterator[tuple[str, Candidate]]:
     coef, _ = view.coefficients()
@@ -561,7 +522,7 @@ def propose(view: SearchView, rng: np.random.Generator, taken: set[Candidate],
     """
     # the starts; with busy starts, their hedges and the contrarian probe between them
     yield from batch.starts_and_hedges(view, busy, lambda: _contrarian(view, busy))
-    yield from _transfer_check(view, busy)
+    yield from refine.transfer_check(view, busy)
     queue = view.queue
     order = sorted(range(len(queue)), key=lambda i: (PRIORITY.get(queue[i][0], 2), -i))
     busy_followups = [b for b in busy if view.followup_tag(b) is not None]
