@@ -172,7 +172,8 @@ def initial_starts(view: SearchView) -> list[Candidate]:
 
 def _with_setting(view: SearchView, base: Candidate, s: Setting, suspects: bool = False) -> Candidate:
     """``base`` plus setting ``s``, reverting settings banned together with ``s`` (``suspects``: also those another
-    campaign suspected together with it) and adding a saver if needed."""
+    campaign suspected together with it), adding what ``s`` was found to need (a requirement ``(s, r)`` of the
+    failure ledger: the partner ``r``, unless that brings a ban back) and a saver if needed."""
     if s[0] == PATCH:
         return Candidate(base.config, base.patches | {s[1]})
     cand = base.with_values({s[0]: s[1]})
@@ -182,6 +183,11 @@ def _with_setting(view: SearchView, base: Candidate, s: Setting, suspects: bool 
             for other in t:
                 if other != s and other[0] != PATCH:
                     cand = cand.with_values({other[0]: view.space.knob(other[0]).reference})
+    for need, partner in view.requirements:
+        if need == s and partner[0] != PATCH and partner not in cand.settings(view.space):
+            with_partner = cand.with_values({partner[0]: partner[1]})
+            if not any(set(t) <= with_partner.settings(view.space) for t in view.conflicts):
+                cand = with_partner
     if float(view.predict([cand])[2][0]) < 0.5:
         saver = _best_saver(view, cand)
         if saver is not None:

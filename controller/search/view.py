@@ -270,6 +270,11 @@ class SearchView:
         return tuple(self._c.ledger.banned) + tuple(self._c.ledger.known_conflicts)
 
     @property
+    def requirements(self) -> tuple[tuple[Setting, Setting], ...]:
+        """Inferred requirements ``(s, r)``: ``s`` crashes without ``r`` (the failure ledger's)."""
+        return tuple(self._c.ledger.requirements)
+
+    @property
     def suspects(self) -> tuple[Conflict, ...]:
         """Conflicts another campaign suspected that admission still avoids (``SearchController._suspected``)."""
         return tuple(self._c.active_suspects())

@@ -476,3 +476,26 @@ def test_a_suspect_that_keeps_an_unrated_lever_out_is_tested_and_lifted_when_the
     c2.tell(inc, ok(0.09))
     c2.tell(both, Outcome("crash", reason="boom", gpu_hours=0.01))
     assert c2.ledger.blocked(both.settings(space)) is not None
+
+
+def test_a_probe_of_a_setting_brings_the_partner_the_ledger_found_it_needs():
+    """Session 12's open item: a requirement ``(s, r)`` was only enforced at admission, so a probe adding ``s``
+    alone (the contrarian, the refine sweep, conflict repair) was refused and its lever left unprobed.  Now the
+    probe brings ``r`` along, unless ``r`` would bring a banned tuple back.  Control: no requirement, no partner."""
+    space = SearchSpace((KnobSpec("gather", (False, True), False), KnobSpec("distopt", (False, True), False),
+                         KnobSpec("mb", (1, 2), 1), KnobSpec("tp", (1, 4), 1)))
+    G, D, M, T = ("gather", True), ("distopt", True), ("mb", 2), ("tp", 4)
+    c = SearchController(space, make_noise(), 1.0, 80.0, seed=0)
+    base = c.reference.with_values({"mb": 2})
+    assert proposals._with_setting(c.view, base, G).as_dict()["distopt"] is False  # control: nothing learned
+    crash = Outcome("crash", reason="boom", gpu_hours=0.01)
+    c.tell(c.reference.with_values({"gather": True, "distopt": True, "tp": 4}), ok(0.05))
+    for rec in ({"gather": True, "tp": 4}, {"gather": True, "mb": 2}):
+        c.tell(c.reference.with_values(rec), crash)
+    assert c.view.requirements == ((G, D),)
+    probe = proposals._with_setting(c.view, base, G)
+    assert probe.as_dict() == {"gather": True, "distopt": True, "mb": 2, "tp": 1}
+    assert c.admissible(probe, set()) is None
+    # a partner that would complete a banned tuple stays out (the probe is then refused, as before)
+    c.ledger.banned.append(((("distopt", True)), ("mb", 2)))
+    assert proposals._with_setting(c.view, base, G).as_dict()["distopt"] is False
