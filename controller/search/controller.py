@@ -250,7 +250,7 @@ class SearchController:
         why = self._second_near_copy(cand, taken)
         if why:
             return why
-        why = self._suspected(sets) if op != "suspect-test" else None
+        why = self._suspected(sets) if op != proposals.SUSPECT_TEST else None
         if why:
             return why
         for s, need in self.ledger.needs_saver.items():

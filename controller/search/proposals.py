@@ -9,9 +9,10 @@ transfer check of a belief measured elsewhere (:func:`refine.transfer_check`);
 queued follow-ups derived from tells (bundle completion, conflict
 backtracking and migration, ordered-axis extrapolation, conflict reverts);
 one contrarian probe (with experience also a probe of a lever whose sign did
-not transfer, or a test of a suspected conflict, :func:`_contrarian`); patch stacking and patch exploration; when stalled on
-an incumbent from transferred experience, the refine sweep of its uncovered
-levers (:mod:`refine`); warm restarts and trust-region escape over the
+not transfer, or a test of a suspected conflict, :func:`_contrarian`); patch
+stacking and patch exploration; when stalled on an incumbent from
+transferred experience, the refine sweep of its uncovered levers
+(:mod:`refine`); warm restarts and trust-region escape over the
 big-knob set when stalled, else the normal trust region; finally the whole
 pool by acquisition.  Nothing here mutates
 the controller: operators see it through a read-only
@@ -362,6 +363,10 @@ def _told_probes(view: SearchView) -> tuple[frozenset[Setting], frozenset[Settin
     return frozenset(seen), frozenset(lost)
 
 
+#: the operator tag of a suspect test (:func:`_contrarian`): admission lets its candidate hold a suspected conflict
+SUSPECT_TEST = "suspect-test"
+
+
 def _contrarian(view: SearchView, busy: set[Candidate] = frozenset()) -> Iterator[tuple[str, Candidate]]:
     """Untried settings the prior (stated, or transferred from experience measured elsewhere) rates low (<= 0)
     yet whose two-sigma upside clears the gate (one lost with a failing base after the never-tried ones).
@@ -401,7 +406,7 @@ def _contrarian(view: SearchView, busy: set[Candidate] = frozenset()) -> Iterato
     for *_, s in sorted(picks)[:1]:
         yield "contrarian", _with_setting(view, view.incumbent, s, suspects=s in unsigned)
     for *_, s in sorted(tests)[:1]:
-        yield "suspect-test", view.incumbent.with_values({s[0]: s[1]})
+        yield SUSPECT_TEST, view.incumbent.with_values({s[0]: s[1]})
 
 
 def _patch_ops(view: SearchView, upside_low: bool,
