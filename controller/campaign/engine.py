@@ -271,9 +271,9 @@ def write_experience(engine: Any, c: CampaignRecord, result: Any) -> None:
 
     if result["reference"]["step_time_s"]:
         try:
+            banned, needs = writeback.search_failures(lambda: engine.search_for(c))
             n = writeback.write_campaign_experience(
-                engine.store, engine.contract(c), c, result,
-                conflicts=writeback.search_conflicts(lambda: engine.search_for(c)),
+                engine.store, engine.contract(c), c, result, conflicts=banned, requirements=needs,
                 master_key=engine.settings.master_key)
         except InfrarsiError as exc:
             engine.progress(f"[{c.id}] experience write-back refused: {exc}")

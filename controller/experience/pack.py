@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 from infrarsi.controller.errors import InfrarsiError
 from infrarsi.controller.experience.mechanisms import CATALOG
-from infrarsi.controller.experience.records import Effect, Environment, Observation
+from infrarsi.controller.experience.records import Effect, Environment, Observation, requirement_tuples
 
 FORMAT = "infrarsi.experience-pack"
 VERSION = 1
@@ -60,7 +60,9 @@ def observation_doc(o: Observation) -> dict[str, Any]:
     return {"environment": o.environment, "campaign": o.campaign, "trial": o.trial, "config": dict(o.config),
             "canonical": dict(o.canonical), "patches": list(o.patches), "step_time_s": o.step_time_s,
             "peak_mem_gib": o.peak_mem_gib, "verdicts": dict(o.verdicts), "oom_shortfall_gib": o.oom_shortfall_gib,
-            "conflicts": [[list(p) for p in c] for c in o.conflicts], "created_at": _time(o.created_at)}
+            "conflicts": [[list(p) for p in c] for c in o.conflicts], "created_at": _time(o.created_at),
+            # only when there are some: a pack without them stays readable by an infrarsi from before the field
+            **({"requirements": [[list(p) for p in r] for r in o.requirements]} if o.requirements else {})}
 
 
 def effect_doc(e: Effect) -> dict[str, Any]:
@@ -219,6 +221,7 @@ def validate_pack(doc: Any, name: str = "pack") -> tuple[dict[str, Environment],
                 step_time_s=raw.get("step_time_s"), peak_mem_gib=raw.get("peak_mem_gib"),
                 verdicts=dict(raw.get("verdicts") or {}), oom_shortfall_gib=raw.get("oom_shortfall_gib"),
                 conflicts=tuple(tuple((str(a), str(b)) for a, b in c) for c in raw.get("conflicts") or ()),
+                requirements=requirement_tuples(raw.get("requirements")),
                 created_at=_when(raw.get("created_at"), f"{where}.created_at")))
         effects = []
         for i, raw in enumerate(doc.get("effects") or []):

@@ -85,7 +85,9 @@ class Observation:
     configuration; ``canonical`` mechanism -> canonical value; ``verdicts`` the verifier's per-layer verdicts
     (``{"L1": "pass", ...}`` or ``{"outcome": "oom"}``); ``oom_shortfall_gib`` how far over the memory cap an OOM
     went when known; ``conflicts`` minimal conflicting sets, each a tuple of (mechanism, canonical value) pairs
-    that together failed (OOM, crash, rejection).
+    that together failed (OOM, crash, rejection); ``requirements`` the "needs a partner" explanations of a crash,
+    each ``((mechanism, value), (partner mechanism, partner value))``: the first setting crashed here because the
+    second was missing (the search's failure ledger found every passing run of it held the partner).
     """
 
     environment: str
@@ -99,6 +101,7 @@ class Observation:
     verdicts: dict[str, Any] = field(default_factory=dict)
     oom_shortfall_gib: float | None = None
     conflicts: tuple[tuple[tuple[str, str], ...], ...] = ()
+    requirements: tuple[tuple[tuple[str, str], tuple[str, str]], ...] = ()
     created_at: datetime | None = None
     id: int | None = None
 
@@ -139,4 +142,10 @@ class Effect:
         return (self.campaign, self.trial, self.mechanism, self.value)
 
 
-__all__ = ["TIERS", "tier_rank", "Environment", "Observation", "Effect"]
+def requirement_tuples(raw: Any) -> tuple[tuple[tuple[str, str], tuple[str, str]], ...]:
+    """Stored requirements (JSON lists ``[[[m, v], [pm, pv]], ...]``, or None for a row written before migration
+    0009) as :attr:`Observation.requirements` tuples."""
+    return tuple(((str(s[0]), str(s[1])), (str(r[0]), str(r[1]))) for s, r in raw or ())
+
+
+__all__ = ["TIERS", "tier_rank", "Environment", "Observation", "Effect", "requirement_tuples"]

@@ -557,7 +557,8 @@ def search_experience(effects: Iterable[Effect], observations: Iterable[Observat
 
     Records: the experience start (``{"config", "speedup"}``), one prior per setting with records
     (``{"knob", "value", "log_speedup", "prior_sd"[, "mem_gib", "mem_sd"]}``), known conflicts
-    (``{"conflict": [...]}``) and suspected ones (``{"suspect": [...]}``, :func:`conflicts`)."""
+    (``{"conflict": [...]}``), suspected ones (``{"suspect": [...]}``, :func:`conflicts`) and known requirements
+    (``{"requires": [...]}``, :func:`.requirements.requirements`)."""
     observations = list(observations)
     got = retrieve(effects, target, knobs, mode, environments)
     records: list[dict[str, Any]] = []
@@ -569,6 +570,9 @@ def search_experience(effects: Iterable[Effect], observations: Iterable[Observat
         records.append(start)
     records += priors
     records += conflicts(observations, environments, target, knobs, mode)
+    from infrarsi.controller.experience.requirements import requirements  # it builds on this module's scope
+
+    records += requirements(observations, environments, target, knobs, mode)
     return records, knob_grades(knobs, got, observations, environments, target, mode)
 
 

@@ -16,7 +16,7 @@ Per repeat (seed s):
 
 Write-back of a simulated campaign (:func:`campaign_records`) follows the real one's rules through the same
 function, :func:`.evidence.evidence_effects`: one Observation per search trial (canonical mechanism values,
-outcome, OOM shortfall, minimal conflict tuples from the search's failure attribution); Effects only from the
+outcome, OOM shortfall, minimal conflict tuples and broken requirements from the search's failure attribution); Effects only from the
 verified runs (the doctor's reference and the search trials that ran to the end and passed the numerical check,
 patch-free): paired single-knob changes beyond the gate (``verified-search``), the promoted single-knob candidate
 (``verified-rerun``) and the posterior-gated main effects of the time model for settings measured only inside
@@ -34,9 +34,11 @@ from typing import Any, Sequence
 
 from infrarsi.controller.errors import InfrarsiError
 from infrarsi.controller.experience.evidence import Promoted, Run, evidence_effects
+from infrarsi.controller.experience.mechanisms import value_key
 from infrarsi.controller.experience.records import Effect, Environment, Observation
 from infrarsi.controller.experience.retrieval import (TargetKnob, reference_state, search_experience,
                                                       target_knobs)
+from infrarsi.controller.experience.writeback import broken_requirements
 from infrarsi.controller.search.benchmark import SimulatedCampaign, _median_or_none, score_campaign, simulate_campaign
 from infrarsi.controller.search.failures import FailureLedger
 from infrarsi.controller.search.landscape import Landscape
@@ -93,6 +95,14 @@ def _search_conflicts(camp: SimulatedCampaign, space: SearchSpace) -> list[tuple
             for t in named if all(k in by_key for k in t)]
 
 
+def _search_requirements(camp: SimulatedCampaign, space: SearchSpace) -> list[tuple[Setting, Setting]]:
+    """The requirements (``s`` needs ``r``) the search's own failure ledger ended with, as the real write-back
+    takes them (:func:`.writeback.search_failures`); [] for a search without them (a baseline strategy)."""
+    by_key = {settings_key(st): st for cand, _ in camp.result.trials for st in cand.settings(space)}
+    return [(by_key[a], by_key[b]) for a, b in camp.result.summary.get("requirements") or ()
+            if a in by_key and b in by_key]
+
+
 def campaign_records(land: Landscape, camp: SimulatedCampaign, label: str) -> tuple[Environment, list[Observation],
                                                                                     list[Effect]]:
     """Verified write-back of one simulated campaign (see the module docstring)."""
@@ -105,6 +115,11 @@ def campaign_records(land: Landscape, camp: SimulatedCampaign, label: str) -> tu
     gate = float(camp.noise.big_knob_gate)
     sigma = float(camp.noise.sigma_pair)
     banned = _search_conflicts(camp, space)
+    needs = _search_requirements(camp, space)
+
+    def canon(name: str, value: Any) -> tuple[str | None, str]:
+        k = by_name.get(name)
+        return (k.mechanism, k.canonical_of(value)) if k is not None else (None, "")
     observations: list[Observation] = []
     ok: list[tuple[Candidate, float, str, float | None]] = [(ref, camp.t0, "reference", camp.reference_peak_mem_gib)]
     for i, (cand, o) in enumerate(camp.result.trials):
@@ -113,6 +128,8 @@ def campaign_records(land: Landscape, camp: SimulatedCampaign, label: str) -> tu
         conf = tuple(tuple((by_name[n].mechanism, by_name[n].canonical_of(v)) for n, v in t
                            if n in by_name and by_name[n].mechanism)
                      for t in banned if set(t) <= sets and o.status in ("crash", "rejected"))
+        broken = broken_requirements(needs, {(n, value_key(v)) for n, v in cand.as_dict().items()}, canon) \
+            if o.status in ("crash", "rejected") else ()
         shortfall = (o.requested_gib - o.capacity_gib) if o.status == "oom" and o.requested_gib and o.capacity_gib \
             else None
         observations.append(Observation(
@@ -120,7 +137,8 @@ def campaign_records(land: Landscape, camp: SimulatedCampaign, label: str) -> tu
             canonical=_canonical(knobs, cand.as_dict()), patches=tuple(sorted(cand.patches)),
             step_time_s=o.step_time_s if o.status == "ok" else None,
             peak_mem_gib=o.peak_mem_gib if o.status == "ok" else None,
-            verdicts={"outcome": o.status}, oom_shortfall_gib=shortfall, conflicts=tuple(c for c in conf if c)))
+            verdicts={"outcome": o.status}, oom_shortfall_gib=shortfall, conflicts=tuple(c for c in conf if c),
+            requirements=broken))
         if o.status == "ok" and o.step_time_s and not cand.patches:
             ok.append((cand, float(o.step_time_s), key, o.peak_mem_gib))
     observations.insert(0, Observation(environment=digest, campaign=label, trial="reference",

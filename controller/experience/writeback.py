@@ -7,8 +7,9 @@ the engine.  What is written:
 
 - one :class:`~.records.Observation` per reference and search trial (full configuration, canonical mechanism
   values, patches, step time and peak memory when it ran to the end, the outcome, acceptance and first failed
-  layer as ``verdicts``, the OOM shortfall, and the minimal conflict tuples of the search's failure ledger that
-  the trial contains when it crashed or was rejected);
+  layer as ``verdicts``, the OOM shortfall, and, when it crashed or was rejected, the minimal conflict tuples of
+  the search's failure ledger that the trial contains and the ledger's requirements it breaks (``s`` needs ``r``:
+  the trial holds ``s`` without ``r``);
 - :class:`~.records.Effect` rows only from verified, noise-gated evidence, by the rules of
   :func:`.evidence.evidence_effects` (the same function the simulated write-back of ``infrarsi bench transfer``
   calls, :mod:`.transfer`): its verified runs are the doctor's reference and the accepted, patch-free search
@@ -43,10 +44,13 @@ def campaign_label(campaign: Any) -> str:
 
 def campaign_records(contract: Any, campaign: Any, env: Environment, trials: Sequence[Any],
                      observations: Mapping[int, Any], result: Mapping[str, Any],
-                     banned: Iterable[Iterable[tuple[str, Any]]] = ()) -> tuple[list[Observation], list[Effect]]:
+                     banned: Iterable[Iterable[tuple[str, Any]]] = (),
+                     requirements: Iterable[tuple[tuple[str, Any], tuple[str, Any]]] = (),
+                     ) -> tuple[list[Observation], list[Effect]]:
     """The observations and effects of one campaign (pure: no store).  ``trials`` are TrialRecords,
     ``observations`` ObservationRecords by trial id, ``result`` the report's result dict (``reference`` block,
-    ``promoted``), ``banned`` the failure ledger's minimal conflict tuples of (knob, value)."""
+    ``promoted``), ``banned`` the failure ledger's minimal conflict tuples of (knob, value), ``requirements`` its
+    ``((knob, value), (partner knob, partner value))`` requirements."""
     from infrarsi.controller.contract.checks import complete_config
 
     label = campaign_label(campaign)
@@ -57,6 +61,7 @@ def campaign_records(contract: Any, campaign: Any, env: Environment, trials: Seq
     reference = {k.name: k.reference for k in contract.knobs}
     gate, sigma = gate_of(result.get("reference") or {})
     banned_t = [tuple(t) for t in banned]
+    reqs = [(tuple(a), tuple(b)) for a, b in requirements]
 
     def canon(name: str, value: Any) -> tuple[str | None, str]:
         m, cmap = mech.get(name, (None, {}))
@@ -74,6 +79,7 @@ def campaign_records(contract: Any, campaign: Any, env: Environment, trials: Seq
         full = complete_config(contract, dict(contract.reference_config) | dict(t.config)) or dict(t.config)
         ran = t.outcome == "ok" and o is not None and o.step_time_s
         conf = []
+        need: tuple = ()
         if t.outcome in ("crash", "rejected"):
             sets = {(n, value_key(v)) for n, v in full.items()}
             for tup in banned_t:
@@ -81,6 +87,7 @@ def campaign_records(contract: Any, campaign: Any, env: Environment, trials: Seq
                     pairs = tuple(sorted(canon(n, v) for n, v in tup if canon(n, v)[0]))
                     if pairs:
                         conf.append(tuple((str(a), b) for a, b in pairs))
+            need = broken_requirements(reqs, sets, canon)
         obs_out.append(Observation(
             environment=digest, campaign=label, trial=t.trial_key, config=full,
             canonical=canonical_config(contract, full), patches=tuple(t.patches),
@@ -88,7 +95,8 @@ def campaign_records(contract: Any, campaign: Any, env: Environment, trials: Seq
             peak_mem_gib=o.peak_mem_gib if o is not None else None,
             verdicts={"outcome": t.outcome or t.status, "accepted": bool(o and o.accepted),
                       **({"first_failed_layer": o.first_failed_layer} if o and o.first_failed_layer else {})},
-            oom_shortfall_gib=o.oom_shortfall_gib if o is not None else None, conflicts=tuple(conf)))
+            oom_shortfall_gib=o.oom_shortfall_gib if o is not None else None, conflicts=tuple(conf),
+            requirements=need))
         if t.stage == "search" and ran and o.accepted and not t.patches:
             ok.append((full, float(o.step_time_s), t.trial_key, o.peak_mem_gib))
 
@@ -105,6 +113,23 @@ def campaign_records(contract: Any, campaign: Any, env: Environment, trials: Seq
     return obs_out, effects
 
 
+def broken_requirements(requirements: Iterable[tuple[tuple[str, Any], tuple[str, Any]]],
+                        settings: set[tuple[str, str]],
+                        canon: Callable[[str, Any], tuple[str | None, str]]) -> tuple[tuple[tuple[str, str],
+                                                                                       tuple[str, str]], ...]:
+    """The requirements ``((knob, value), (partner knob, partner value))`` a failed run breaks, as
+    ``((mechanism, canonical value), (partner mechanism, partner canonical value))``: it holds the setting
+    (``settings``: (knob, :func:`value_key`) pairs of its whole configuration) without the partner.  ``canon`` maps
+    a knob setting onto its mechanism (None: the knob names none, and the requirement is not written)."""
+    out = set()
+    for (sk, sv), (rk, rv) in requirements:
+        if (sk, value_key(sv)) in settings and (rk, value_key(rv)) not in settings:
+            a, b = canon(sk, sv), canon(rk, rv)
+            if a[0] and b[0]:
+                out.add(((str(a[0]), str(a[1])), (str(b[0]), str(b[1]))))
+    return tuple(sorted(out))
+
+
 def write_back(store: Any, campaign_id: int | None, env: Environment, observations: Sequence[Observation],
                effects: Sequence[Effect]) -> dict[str, int]:
     """Store one campaign's records idempotently; returns how many observations and effects were new."""
@@ -116,11 +141,12 @@ def write_back(store: Any, campaign_id: int | None, env: Environment, observatio
 
 
 def write_campaign_experience(store: Any, contract: Any, campaign: Any, result: Mapping[str, Any], *,
-                              conflicts: Iterable[Any] = (),
+                              conflicts: Iterable[Any] = (), requirements: Iterable[Any] = (),
                               master_key: Callable[[], bytes] | None = None) -> dict[str, int]:
     """Write back a finished ``campaign`` (the report-time hook): environment from ``contract`` and the reference
     receipt (read with ``master_key()``; without it the software versions are unknown), records from ``store``'s
-    trials and observations, ``conflicts`` from the search's failure ledger (:func:`search_conflicts`)."""
+    trials and observations, ``conflicts`` and ``requirements`` from the search's failure ledger
+    (:func:`search_failures`)."""
     from infrarsi.controller.experience.environment import campaign_environment
 
     doctor = doctor_or_none(campaign)
@@ -128,19 +154,26 @@ def write_campaign_experience(store: Any, contract: Any, campaign: Any, result: 
     obs = store.observations(campaign.id)
     env = campaign_environment(contract, doctor.header_extra if doctor else None,
                                _reference_versions(store, master_key, trials))
-    o, e = campaign_records(contract, campaign, env, trials, obs, result, list(conflicts))
+    o, e = campaign_records(contract, campaign, env, trials, obs, result, list(conflicts), list(requirements))
     return write_back(store, campaign.id, env, o, e)
 
 
-def search_conflicts(rebuild: Callable[[], Any] | None) -> list:
-    """The minimal conflict tuples (the failure ledger's ``banned``) of the search ``rebuild()`` returns, [] when
-    there is none or it cannot be rebuilt: conflicts are optional and must never stop a write-back."""
+def search_failures(rebuild: Callable[[], Any] | None) -> tuple[list, list]:
+    """The failure ledger of the search ``rebuild()`` returns: its minimal conflict tuples (``banned``) and its
+    requirements (``((knob, value), (partner knob, partner value))``); ``([], [])`` when there is no search or it
+    cannot be rebuilt: both are optional and must never stop a write-back."""
     if rebuild is None:
-        return []
+        return [], []
     try:
-        return list(rebuild().ledger.banned)
+        ledger = rebuild().ledger
+        return list(ledger.banned), list(ledger.requirements)
     except Exception:  # noqa: BLE001 - a model that cannot be rebuilt must not stop the write-back
-        return []
+        return [], []
+
+
+def search_conflicts(rebuild: Callable[[], Any] | None) -> list:
+    """The minimal conflict tuples alone (:func:`search_failures`)."""
+    return search_failures(rebuild)[0]
 
 
 def _reference_versions(store: Any, master_key: Callable[[], bytes] | None,
@@ -164,4 +197,4 @@ def _reference_versions(store: Any, master_key: Callable[[], bytes] | None,
 
 
 __all__ = ["MIN_GATE", "campaign_label", "gate_of", "campaign_records", "write_back", "write_campaign_experience",
-           "search_conflicts"]
+           "search_conflicts", "search_failures", "broken_requirements"]

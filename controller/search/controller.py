@@ -85,7 +85,9 @@ class SearchController:
             memory model's prior delta of that setting), ``{"conflict": [[knob, value], ...]}`` (a known
             conflict) or ``{"suspect": [[knob, value], ...]}`` (a tuple another campaign blamed without pinning
             it down: avoided until this campaign's ledger explains a crash of one of its settings otherwise, and
-            the ledger's first guess among equally implicated tuples; never a ban).  Priors only: observations
+            the ledger's first guess among equally implicated tuples; never a ban) or ``{"requires": [[knob,
+            value], [partner knob, partner value]]}`` (a requirement another campaign pinned down: the setting
+            runs only beside its partner, and a probe of it brings the partner).  Priors only: observations
             of this campaign govern the posterior.
         phase_shares: profiled time per phase; a knob whose ``mechanism`` names phases
             (``"optimizer"`` or ``"forward+backward"``) gets its prior capped by the Amdahl ceiling.
@@ -115,8 +117,9 @@ class SearchController:
         known = [tuple(tuple(s) for s in t) for t in self.tune["known_conflicts"]]
         known += [tuple(tuple(s) for s in r["conflict"]) for r in self.experience if "conflict" in r]
         hints = [tuple(tuple(s) for s in r["suspect"]) for r in self.experience if "suspect" in r]
+        needs = [(tuple(r["requires"][0]), tuple(r["requires"][1])) for r in self.experience if "requires" in r]
         self.ledger = FailureLedger(exclude_after=int(self.tune["exclude_after"]), known_conflicts=known,
-                                    suspected=hints)
+                                    suspected=hints, known_requirements=needs)
         self.prior_mu, self.prior_sd = self._knob_priors()
         #: settings whose prior came from experience measured elsewhere (retrieved at distance > 0): prior mean
         self.transferred: dict[Setting, float] = {

@@ -77,6 +77,9 @@ class FailureLedger:
     #: inferred requirements ``(s, r)``: ``s`` crashes without ``r`` (:meth:`requirements_of`), re-derived with
     #: the bans; a candidate holding ``s`` but not ``r`` is blocked
     requirements: list[tuple[Setting, Setting]] = field(default_factory=list)
+    #: requirements ``(s, r)`` another campaign pinned down (``{"requires": ...}`` experience): blocked like the
+    #: ledger's own, never re-derived
+    known_requirements: list[tuple[Setting, Setting]] = field(default_factory=list)
 
     def record(self, settings: frozenset[Setting], outcome: Outcome,
                mem_delta: Callable[[Setting], float]) -> str:
@@ -234,10 +237,15 @@ class FailureLedger:
         for t in list(self.banned) + list(self.known_conflicts):
             if set(t) <= settings:
                 return "conflict " + " & ".join(settings_key(s) for s in t)
-        for need, partner in self.requirements:
+        for need, partner in self.all_requirements():
             if need in settings and partner not in settings:
                 return f"{settings_key(need)} needs {settings_key(partner)}"
         return None
+
+    def all_requirements(self) -> list[tuple[Setting, Setting]]:
+        """The requirements ``blocked`` enforces: this ledger's own, then the known ones not among them."""
+        own = set(self.requirements)
+        return list(self.requirements) + [q for q in self.known_requirements if q not in own]
 
     def summary(self) -> dict:
         return {

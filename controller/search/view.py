@@ -271,8 +271,9 @@ class SearchView:
 
     @property
     def requirements(self) -> tuple[tuple[Setting, Setting], ...]:
-        """Inferred requirements ``(s, r)``: ``s`` crashes without ``r`` (the failure ledger's)."""
-        return tuple(self._c.ledger.requirements)
+        """Requirements ``(s, r)``: ``s`` crashes without ``r`` (the failure ledger's own, then those another
+        campaign pinned down, ``{"requires": ...}`` experience)."""
+        return tuple(self._c.ledger.all_requirements())
 
     @property
     def suspects(self) -> tuple[Conflict, ...]:

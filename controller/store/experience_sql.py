@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from infrarsi.controller.experience.records import Effect, Environment, Observation
+from infrarsi.controller.experience.records import Effect, Environment, Observation, requirement_tuples
 from infrarsi.controller.store import models as m
 
 
@@ -47,6 +47,7 @@ def _observation_record(row: m.ExpObservation, digest: str) -> Observation:
                        step_time_s=row.step_time_s, peak_mem_gib=row.peak_mem_gib, verdicts=dict(row.verdicts or {}),
                        oom_shortfall_gib=row.oom_shortfall_gib,
                        conflicts=tuple(tuple((str(a), str(b)) for a, b in c) for c in row.conflicts or ()),
+                       requirements=requirement_tuples(row.requirements),
                        created_at=row.created_at, id=row.id)
 
 
@@ -94,7 +95,7 @@ class ExperienceSqlMixin:
                     config=dict(o.config), canonical=dict(o.canonical), patches=list(o.patches),
                     step_time_s=o.step_time_s, peak_mem_gib=o.peak_mem_gib, verdicts=dict(o.verdicts),
                     oom_shortfall_gib=o.oom_shortfall_gib, conflicts=[[list(p) for p in c] for c in o.conflicts],
-                    created_at=o.created_at or m.utcnow()).on_conflict_do_nothing(index_elements=["campaign", "trial"])
+                    requirements=[[list(p) for p in r] for r in o.requirements], created_at=o.created_at or m.utcnow()).on_conflict_do_nothing(index_elements=["campaign", "trial"])
                     .returning(m.ExpObservation.__table__.c.id))
                 n += len(res.all())
             return n

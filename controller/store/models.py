@@ -301,6 +301,8 @@ class ExpObservation(Base):
     verdicts: Mapped[dict] = mapped_column(JSON, default=dict)
     oom_shortfall_gib: Mapped[float | None] = mapped_column(Float, nullable=True)
     conflicts: Mapped[list] = mapped_column(JSON, default=list)
+    #: migration 0009: "needs a partner" crash explanations, [[[mechanism, value], [partner, value]], ...]
+    requirements: Mapped[list] = mapped_column(JSON, default=list)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 

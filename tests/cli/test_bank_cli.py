@@ -18,6 +18,7 @@ H20 = Environment(gpu_sku="H20", gpu_mem_gib=96.0, gpus_per_node=8, nodes=1, int
                   reference_state={"low_precision_gemm": "off", "tensor_parallel": "1"})
 H100 = Environment(gpu_sku="H100", gpu_mem_gib=80.0, gpus_per_node=8, nodes=1, framework="torch", model_family="gpt")
 OLD = datetime(2024, 1, 1, tzinfo=timezone.utc)
+NEEDS = ((("low_precision_gemm", "on"), ("tensor_parallel", "2")),)  # a stored "needs a partner" explanation
 
 
 def _seed(url: str) -> None:
@@ -25,7 +26,7 @@ def _seed(url: str) -> None:
     store.add_environment(H20)
     store.add_observations([Observation(environment=H20.digest(), campaign="gpt#1", trial="t1",
                                         config={"fp8": True}, canonical={"low_precision_gemm": "on"},
-                                        step_time_s=0.8, verdicts={"outcome": "ok"})])
+                                        step_time_s=0.8, verdicts={"outcome": "ok"}, requirements=NEEDS)])
     store.add_effects([
         Effect(environment=H20.digest(), mechanism="low_precision_gemm", value="on", klass="kernel", log_speedup=0.22,
                noise_floor=0.01, conditioning={}, tier="verified-search", campaign="gpt#1", trial="t1", knob="fp8",
@@ -73,8 +74,12 @@ def test_export_import_round_trip_sqlite_postgres(tmp_path: Path, pg_url: str) -
     pg = open_store(pg_url)
     (o,) = pg.experience_observations()
     assert (o.campaign, o.config, o.canonical) == ("gpt#1", {"fp8": True}, {"low_precision_gemm": "on"})
+    assert o.requirements == NEEDS
     assert pg.environments()[H20.digest()] == H20
     pg.engine.dispose()
+    lite_back = open_store(back)
+    assert [x.requirements for x in lite_back.experience_observations()] == [NEEDS]
+    lite_back.engine.dispose()
 
     # filters, show, prune
     only = json.loads(infrarsi("bank", "list", "--json", "--db", pg_url, "--mechanism", "fp8", "--sku", "H100",

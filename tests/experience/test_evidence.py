@@ -154,15 +154,18 @@ def test_one_rule_for_the_real_and_the_simulated_write_back() -> None:
     assert writeback.gate_of is evidence.gate_of and writeback.MIN_GATE == evidence.MIN_GATE
 
 
-def test_write_back_reads_conflicts_from_the_rebuilt_search() -> None:
+def test_write_back_reads_conflicts_and_requirements_from_the_rebuilt_search() -> None:
     from types import SimpleNamespace
 
-    ledger = SimpleNamespace(banned=[(("attn", "fa2"), ("tp", 2))])
+    ledger = SimpleNamespace(banned=[(("attn", "fa2"), ("tp", 2))],
+                             requirements=[(("overlap_param_gather", True), ("use_distributed_optimizer", True))])
     search = SimpleNamespace(ledger=ledger)
     assert writeback.search_conflicts(lambda: search) == ledger.banned
+    assert writeback.search_failures(lambda: search) == (ledger.banned, ledger.requirements)
 
     def broken():
         raise RuntimeError("cannot rebuild")
 
     assert writeback.search_conflicts(broken) == []
-    assert writeback.search_conflicts(None) == []
+    assert writeback.search_failures(broken) == ([], [])
+    assert writeback.search_failures(None) == ([], [])

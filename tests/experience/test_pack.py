@@ -22,28 +22,33 @@ OBS = Observation(environment=D, campaign="gpt#1", trial="t1", config={"fp8": Tr
                   canonical={"low_precision_gemm": "on", "micro_batch": "2"}, patches=("p.diff",), step_time_s=0.8,
                   peak_mem_gib=60.0, verdicts={"outcome": "ok"},
                   conflicts=((("micro_batch", "8"), ("activation_checkpointing", "off")),))
+#: a crash the failure ledger explained as "compile needs the fused optimizer" (a requirement)
+CRASH = Observation(environment=D, campaign="gpt#1", trial="t2", config={"fp8": False, "compile": True},
+                    canonical={"graph_compile": "on"}, verdicts={"outcome": "crash"},
+                    requirements=((("graph_compile", "on"), ("optimizer_fusion", "fused")),))
 EFF = Effect(environment=D, mechanism="low_precision_gemm", value="on", klass="kernel", log_speedup=0.22,
              noise_floor=0.01, conditioning={"micro_batch": "2"}, tier="verified-search", campaign="gpt#1",
              trial="t1", knob="fp8", raw_value="true", mem_delta_gib=-1.5)
 
 
 def _doc() -> dict:
-    return json.loads(dump_pack(build_pack({D: ENV}, [OBS], [EFF], source="cluster-a")))
+    return json.loads(dump_pack(build_pack({D: ENV}, [OBS, CRASH], [EFF], source="cluster-a")))
 
 
 @pytest.mark.parametrize("fmt,suffix", [("json", ".json"), ("yaml", ".yaml")])
 def test_round_trip_through_a_file(tmp_path: Path, fmt: str, suffix: str) -> None:
     p = tmp_path / f"pack{suffix}"
-    p.write_text(dump_pack(build_pack({D: ENV}, [OBS], [EFF], source="cluster-a"), fmt))
+    p.write_text(dump_pack(build_pack({D: ENV}, [OBS, CRASH], [EFF], source="cluster-a"), fmt))
     envs, obs, effects = read_pack(p)
     assert envs == {D: ENV}
-    assert obs == [OBS]
+    assert obs == [OBS, CRASH]  # the conflict tuple and the requirement come back as they went
     (e,) = effects
     assert (e.mechanism, e.value, e.log_speedup, e.conditioning, e.env) == ("low_precision_gemm", "on", 0.22,
                                                                           {"micro_batch": "2"}, ENV)
     store = MemoryStore()
-    assert import_pack(store, p) == {"environments": 1, "observations": 1, "effects": 1}
+    assert import_pack(store, p) == {"environments": 1, "observations": 2, "effects": 1}
     assert import_pack(store, p) == {"environments": 1, "observations": 0, "effects": 0}  # idempotent
+    assert [o.requirements for o in store.experience_observations()] == [(), CRASH.requirements]
     assert store.effects()[0].key == EFF.key
 
 
@@ -52,6 +57,14 @@ def test_schema_is_valid_and_matches_the_export() -> None:
 
     jsonschema.Draft202012Validator.check_schema(schema())
     jsonschema.validate(_doc(), schema())
+
+
+def test_an_observation_without_requirements_is_written_without_the_key() -> None:
+    """A pack whose observations carry no requirement reads in an infrarsi from before the field (whose schema
+    refuses unknown keys)."""
+    doc = _doc()
+    assert "requirements" not in doc["observations"][0]
+    assert doc["observations"][1]["requirements"] == [[["graph_compile", "on"], ["optimizer_fusion", "fused"]]]
 
 
 def _break(edit) -> dict:
@@ -81,6 +94,11 @@ BAD = [
     ("dangling environment", lambda d: d["environments"].clear(), "observations[0].environment: no environment"),
     ("bad time", lambda d: d["effects"][0].update(created_at="yesterday"),
      "effects[0].created_at: 'yesterday' is not an ISO"),
+    ("requirement of three settings", lambda d: d["observations"][1]["requirements"][0].append(["tf32", "on"]),
+     "observations[1].requirements[0]: [['graph_compile', 'on'], ['optimizer_fusion', 'fused'], ['tf32', 'on']] "
+     "is too long"),
+    ("requirement value not a string", lambda d: d["observations"][1]["requirements"][0][1].__setitem__(1, 4),
+     "observations[1].requirements[0][1][1]: 4 is not of type 'string'"),
     ("negative memory", lambda d: d["environments"][0].update(gpu_mem_gib=-1),
      "environments[0].gpu_mem_gib: -1 is less than"),
 ]

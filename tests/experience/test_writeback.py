@@ -50,14 +50,14 @@ def _world(times: dict[str, tuple[dict, str, float | None, bool]]):
     return trials, obs
 
 
-def _records(times, promoted=None, speedup=1.0, banned=()):
+def _records(times, promoted=None, speedup=1.0, banned=(), requirements=()):
     contract = parse_contract_yaml(CONTRACT)
     env = campaign_environment(contract)
     trials, obs = _world(times)
     result = {"reference": {"step_time_s": T0, "sigma_pair": 0.01, "big_knob_gate": 0.02, "peak_mem_gib": 10.0},
               "promoted": promoted, "delivered_speedup": speedup}
     camp = SimpleNamespace(name="gptish", id=7)
-    return env, *campaign_records(contract, camp, env, trials, obs, result, banned)
+    return env, *campaign_records(contract, camp, env, trials, obs, result, banned, requirements)
 
 
 def test_environment_and_reference_state(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,6 +123,22 @@ def test_conflicts_and_promotion_rerun() -> None:
     assert (rerun.tier, rerun.mechanism, rerun.value, rerun.trial) == ("verified-rerun", "low_precision_gemm", "on",
                                                                        "promotion")
     assert rerun.log_speedup == pytest.approx(math.log(1.25))
+
+
+def test_requirements_are_written_on_the_crashes_that_broke_them() -> None:
+    """The ledger's "FP8 needs TP2" goes on the crash that held FP8 at TP1, in mechanism terms, and on nothing
+    else: not on the passing run, not on a crash that held the partner, not on one without the setting."""
+    need = [(("use_fp8", True), ("tp", 2))]
+    _, obs, _ = _records({
+        "ref-a": ({}, "ok", 1.0, True),
+        "fp8-tp2": ({"use_fp8": True, "tp": 2}, "ok", 0.8, True),
+        "fp8-tp1": ({"use_fp8": True, "attn": "xf"}, "crash", None, False),
+        "fp8-tp2-crash": ({"use_fp8": True, "tp": 2, "mbs": 2}, "crash", None, False),
+        "attn": ({"attn": "fa2"}, "crash", None, False),
+    }, requirements=need)
+    by = {o.trial: o.requirements for o in obs}
+    assert by["fp8-tp1"] == ((("low_precision_gemm", "on"), ("tensor_parallel", "2")),)
+    assert by["fp8-tp2"] == by["fp8-tp2-crash"] == by["attn"] == by["ref-a"] == ()
 
 
 WRITER = """

@@ -51,3 +51,38 @@ def test_upgrade_from_stored_0004_migrates_experience(tmp_path: Path) -> None:
     assert not {"exp_effects", "exp_observations", "exp_environments"} & set(insp.get_table_names())
     with create_engine(url).connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM experience")).scalar() == 7
+
+
+def test_upgrade_from_stored_0008_adds_observation_requirements(tmp_path: Path) -> None:
+    """Revision 0009 from tests/store/data/v0008.sqlite (one H100 environment, three observations of campaign
+    'gpt13b#7': the reference, a crash with a conflict tuple, a passing run; one effect): every row survives, old
+    observations read with no requirements and their conflicts intact, new ones store requirements, and the
+    downgrade drops only the column."""
+    from infrarsi.controller.experience.records import Observation
+
+    db = tmp_path / "old8.sqlite"
+    shutil.copy(DATA / "v0008.sqlite", db)
+    url = f"sqlite:///{db}"
+    assert migrate.current_revision(url) == "0008"
+    store = open_store(url)
+    assert migrate.current_revision(url) == migrate.head_revision()
+    obs = {o.trial: o for o in store.experience_observations()}
+    assert sorted(obs) == ["reference", "t003", "t004"]
+    assert all(o.requirements == () for o in obs.values())
+    assert obs["t003"].conflicts == ((("comm_overlap", "on"), ("low_precision_gemm", "on")),)
+    assert obs["t004"].step_time_s == pytest.approx(3.5)
+    (eff,) = store.effects()
+    assert (eff.mechanism, eff.value, eff.log_speedup) == ("comm_overlap", "on", pytest.approx(0.13))
+    need = ((("comm_overlap", "on"), ("distributed_optimizer", "on")),)
+    new = Observation(environment=obs["t003"].environment, campaign="gpt13b#8", trial="t001",
+                      config={"overlap_param_gather": True}, canonical={"comm_overlap": "on"},
+                      verdicts={"outcome": "crash"}, requirements=need)
+    assert store.add_observations([new]) == 1
+    assert store.add_observations([new]) == 0  # idempotent on (campaign, trial)
+    got = {o.trial: o for o in store.experience_observations() if o.campaign == "gpt13b#8"}
+    assert got["t001"].requirements == need
+    migrate.downgrade(url, "0008")
+    cols = {c["name"] for c in inspect(create_engine(url)).get_columns("exp_observations")}
+    assert "requirements" not in cols and "conflicts" in cols
+    with create_engine(url).connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM exp_observations")).scalar() == 4

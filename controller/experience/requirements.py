@@ -1,0 +1,132 @@
+"""Retrieval of "needs a partner" crash explanations (issue 13): which requirements another campaign found carry
+to the target as known requirements for the search.
+
+A source campaign's failure ledger keeps a requirement ``s`` needs ``r`` in place of a conflict tuple when ``s``
+crashed without ``r`` more often than any tuple explains (``controller/search/failures.py``); write-back stores it
+on each crashed observation that broke it (:attr:`~.records.Observation.requirements`).  A known requirement is a
+hard rule in the target's search (``s`` runs only beside ``r``), so in ``filtered`` mode it is carried only when
+pinned down:
+
+- both mechanisms are covered by the observation, scoped as a crash conflict is
+  (:func:`.retrieval.conflicts`): a kernel combination's crash is the software's, not the SKU's, so FP8 counts as
+  an ordinary kernel mechanism here; a balance mechanism needs the same SKU, nodes, fabric and layout;
+- the source pinned it down: some crashed observation that broke it has no other explanation left in its
+  campaign: every one of its non-reference settings and every pair of them also ran in a passing observation of
+  that campaign (no conflict tuple of one or two settings explains it), and no other "needs a partner" hypothesis
+  fits it (another setting of the crash whose every passing run held a partner the crash lacks).  The ledger keeps
+  a requirement when it explains more crashes than a tuple does, which can be a guess: a crash of sequence
+  parallelism at TP1 beside micro-batch 4 reads as "micro-batch 4 needs the 500 MB bucket" when every passing
+  micro-batch-4 run had it, and carried as a rule it would keep micro-batch 4 from every other bucket;
+- no passing observation of a framework-compatible campaign holds ``s`` without ``r`` (that run refutes it);
+- both map onto non-reference values of target knobs (:func:`.retrieval.TargetKnob.value_for`).
+
+``all`` (the unfiltered baseline) carries every requirement that maps onto target knobs.  Pure: no store.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Iterable, Mapping, Sequence
+
+from infrarsi.controller.experience.mechanisms import mechanism_class, value_key
+from infrarsi.controller.experience.records import Environment, Observation
+from infrarsi.controller.experience.retrieval import Mode, TargetKnob, scope
+
+Requirement = tuple[tuple[str, str], tuple[str, str]]
+
+
+def _passed(o: Observation) -> bool:
+    return o.step_time_s is not None and str(o.verdicts.get("outcome", "ok")) == "ok"
+
+
+def _refuted(req: Requirement, observations: Sequence[Observation], environments: Mapping[str, Environment],
+             target: Environment) -> bool:
+    """Whether a passing, framework-compatible observation holds the setting without its partner."""
+    (ms, vs), (mr, vr) = req
+    for o in observations:
+        env = environments.get(o.environment)
+        if env is None or scope(env, target, "kernel") == "incompatible" or not _passed(o):
+            continue
+        if str(o.canonical.get(ms)) == vs and str(o.canonical.get(mr)) != vr:
+            return True
+    return False
+
+
+def _nonref(o: Observation, env: Environment | None) -> frozenset[tuple[str, str]]:
+    ref = env.reference_state if env is not None else {}
+    return frozenset((m, str(v)) for m, v in o.canonical.items() if str(ref.get(m)) != str(v))
+
+
+def _pinned(req: Requirement, observations: Sequence[Observation],
+            environments: Mapping[str, Environment]) -> bool:
+    """Whether some crashed observation breaking ``req`` has every non-reference setting and every pair of them in
+    a passing observation of its own campaign (so no conflict tuple of one or two settings explains it)."""
+    by_camp: dict[str, list[Observation]] = {}
+    for o in observations:
+        by_camp.setdefault(o.campaign, []).append(o)
+    for obs in by_camp.values():
+        broke = [o for o in obs if req in o.requirements]
+        if not broke:
+            continue
+        passing = [_nonref(o, environments.get(o.environment)) for o in obs if _passed(o)]
+        for o in broke:
+            sets = _nonref(o, environments.get(o.environment))
+            if all(any(set(c) <= p for p in passing)
+                   for n in (1, 2) for c in itertools.combinations(sorted(sets), n)) \
+                    and _hypotheses(sets, passing) == {(req[0], req[1][0])}:
+                return True
+    return False
+
+
+def _hypotheses(sets: frozenset[tuple[str, str]],
+                passing: Sequence[frozenset[tuple[str, str]]]) -> set[tuple[tuple[str, str], str]]:
+    """The "needs a partner" hypotheses a crash of ``sets`` leaves open, by mechanism: ``(s, m)`` with ``s`` in the
+    crash, mechanism ``m`` at its reference in the crash, and every passing run with ``s`` holding ``m`` at some
+    non-reference value.  By mechanism, not value, so that a partner of several values (sequence parallelism needs
+    TP 2 *or* 4, which no one requirement says) still counts as another explanation."""
+    out: set[tuple[tuple[str, str], str]] = set()
+    present = {m for m, _ in sets}
+    for st in sets:
+        with_s = [p for p in passing if st in p]
+        if with_s:
+            mechs = set.intersection(*({m for m, _ in p} for p in with_s))
+            out |= {(st, m) for m in mechs - present if m != st[0]}
+    return out
+
+
+def requirements(observations: Iterable[Observation], environments: Mapping[str, Environment], target: Environment,
+                 knobs: Sequence[TargetKnob], mode: Mode = "filtered") -> list[dict[str, Any]]:
+    """Known requirements for the search, ``{"requires": [[knob, value], [partner knob, partner value]]}``, by the
+    rules of the module docstring, in a deterministic order."""
+    observations = list(observations)
+    by_mech = {k.mechanism: k for k in knobs if k.mechanism}
+    crashes: set[Requirement] = set()
+    for o in observations:
+        for req in o.requirements:
+            env = environments.get(o.environment)
+            if mode == "filtered" and (env is None or any(
+                    scope(env, target, mechanism_class(m)) != "covered" for m, _ in req)):
+                continue
+            crashes.add(req)
+    out: list[dict[str, Any]] = []
+    seen: set[tuple] = set()
+    for req in sorted(crashes):
+        if mode == "filtered" and (not _pinned(req, observations, environments)
+                                   or _refuted(req, observations, environments, target)):
+            continue
+        settings = []
+        for mech, canon in req:
+            k = by_mech.get(mech)
+            v = k.value_for(str(canon)) if k is not None else None
+            if k is None or v is None or v == k.reference:
+                break
+            settings.append([k.name, v])
+        else:
+            key = tuple((n, value_key(v)) for n, v in settings)
+            if settings[0][0] != settings[1][0] and key not in seen:
+                seen.add(key)
+                out.append({"requires": settings})
+    return out
+
+
+__all__ = ["requirements"]
