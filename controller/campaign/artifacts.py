@@ -27,6 +27,7 @@ from infrarsi.controller.campaign.budget import concurrency
 from infrarsi.controller.contract.checks import complete_config
 from infrarsi.controller.contract.launch import render_launch
 from infrarsi.controller.contract.model import Contract, Launch
+from infrarsi.controller.experience.doctor import carried_rules
 from infrarsi.controller.store.records import CampaignRecord, ObservationRecord, TrialRecord, VerdictItem
 from infrarsi.controller.store.stage_records import Result, Scope, as_scope, doctor_or_none, scope_or_none
 from infrarsi.verifier.judge import INVARIANTS
@@ -148,6 +149,16 @@ def finished_now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
+def _experience(doctor: Any) -> dict[str, Any]:
+    """The report's experience block: the doctor's coverage, plus the rules carried from other campaigns' failures
+    (``rules``, only when there are some)."""
+    out = dict((doctor.experience_coverage if doctor else None) or {})
+    rules = carried_rules(doctor.experience) if doctor else []
+    if rules:
+        out["rules"] = rules
+    return out
+
+
 def build_result(inp: ReportInputs, *, diff: str, finished_at: str) -> dict[str, Any]:
     """result.json (schema ``infrarsi.result/1``): everything REPORT.md and apply need.  Pure: a function of
     ``inp``, the promoted candidate's combined ``diff`` (:func:`promoted_diff`) and ``finished_at``
@@ -248,7 +259,7 @@ def build_result(inp: ReportInputs, *, diff: str, finished_at: str) -> dict[str,
                       "peak_mem_gib": doctor.reference_peak_mem_gib if doctor else None,
                       "reference_window_means": list(doctor.reference_window_means) if doctor else []},
         "promoted": promoted,
-        "experience": (doctor.experience_coverage if doctor else None) or {},
+        "experience": _experience(doctor),
         "mfu": mfu,
         "mfu_omitted": None if on_gpu else "CPU trials: there is no GPU peak to measure MFU against",
         "trials": trials_json,

@@ -15,6 +15,7 @@ from infrarsi.controller.campaign.artifacts import report_dir
 from infrarsi.controller.campaign.engine import CampaignEngine
 from infrarsi.controller.campaign.runner import create_campaign, drive, executor_factory, find_campaign
 from infrarsi.controller.errors import InfrarsiError
+from infrarsi.controller.experience.doctor import carried_rules
 from infrarsi.controller.settings import CPU_RANKS_ENV, Settings
 from infrarsi.controller.store import open_store
 from infrarsi.controller.store.records import CampaignRecord
@@ -102,6 +103,8 @@ def doctor_cmd(contract: str, campaign_id: int | None) -> None:
                f"records ({', '.join(cov.get('knobs', [])) or 'none'})")
     for knob, grade in sorted((cov.get("grades") or {}).items()):  # covered | partial | null | unobserved
         click.echo(f"    {knob:<24} {grade}")
+    for rule in carried_rules(d.experience):  # known conflicts, suspects, requirements from other campaigns
+        click.echo(f"    rule: {rule}")
     total = sum(d.phases.values()) or 1.0
     for k, v in sorted(d.phases.items(), key=lambda kv: -kv[1]):
         click.echo(f"  {k:<10} {v * 1000:8.2f} ms  {v / total * 100:5.1f}%")

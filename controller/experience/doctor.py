@@ -65,4 +65,25 @@ def doctor_experience(store: Any, contract: Any, header_extra: Mapping[str, Any]
             "experience_environment": env.to_dict()}
 
 
-__all__ = ["contract_target_knobs", "doctor_experience"]
+def carried_rules(records: Any) -> list[str]:
+    """The hard and soft rules the frozen ``experience`` records carry into the search, one line each, for
+    ``doctor`` and REPORT.md: known conflicts (``a=x & b=y: known conflict``), suspects (``...: suspected
+    conflict``) and requirements (``a=x needs b=y``)."""
+    def key(s: Any) -> str:
+        name, value = s
+        return f"{name}={value}"
+
+    out = []
+    for r in records or ():
+        if not isinstance(r, dict):
+            continue
+        if "conflict" in r:
+            out.append(" & ".join(key(s) for s in r["conflict"]) + ": known conflict")
+        elif "suspect" in r:
+            out.append(" & ".join(key(s) for s in r["suspect"]) + ": suspected conflict")
+        elif "requires" in r:
+            out.append(f"{key(r['requires'][0])} needs {key(r['requires'][1])}")
+    return out
+
+
+__all__ = ["contract_target_knobs", "doctor_experience", "carried_rules"]

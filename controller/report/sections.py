@@ -286,7 +286,8 @@ def plot_section(plot_name: str) -> str:
 
 def experience_section(r: dict[str, Any]) -> str:
     """The doctor's experience-bank coverage (``result["experience"]``): one grade per searched knob (covered,
-    partial, null, unobserved; controller/experience/retrieval.py) and the source campaigns; empty when absent."""
+    partial, null, unobserved; controller/experience/retrieval.py), the source campaigns and the rules carried from
+    their failures (``rules``, :func:`~infrarsi.controller.experience.doctor.carried_rules`); empty when absent."""
     cov = _d(r.get("experience"))
     grades = _d(cov.get("grades"))
     if not grades:
@@ -298,5 +299,10 @@ def experience_section(r: dict[str, Any]) -> str:
              + (f" (from {', '.join(str(x) for x in _l(cov.get('sources')))})" if _l(cov.get("sources")) else "")
              + ".", "", "| Knob | Coverage |", "|---|---|"]
     lines += [f"| {k} | {g} |" for k, g in sorted(grades.items())]
+    rules = [str(x) for x in _l(cov.get("rules"))]
+    if rules:
+        lines += ["", "Rules carried from other campaigns' failures (known conflicts are never run; a suspect is "
+                  "avoided until this campaign explains its crash otherwise; a setting that needs a partner runs "
+                  "only beside it):", ""] + [f"- {x}" for x in rules]
     return "\n".join(lines)
 

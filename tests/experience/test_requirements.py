@@ -137,3 +137,21 @@ for _k in KNOBS:
     target = simulate_campaign(land, "infrarsi", seed + 100, 30, experience=carried)
     cold = simulate_campaign(land, "infrarsi", seed + 100, 30)
     assert crashes(target) == 0 and crashes(cold) >= 1
+
+
+def test_doctor_and_the_report_show_the_rules_carried_in() -> None:
+    from infrarsi.controller.experience.doctor import carried_rules
+    from infrarsi.controller.report.sections import experience_section
+
+    records = [{"knob": "fp8", "value": True, "log_speedup": 0.1, "prior_sd": 0.05},
+               {"conflict": [["fp8", True], ["zero_stage", 3]]},
+               {"suspect": [["fp8", True], ["use_flash_attn", True]]},
+               {"requires": [["overlap_param_gather", True], ["use_distributed_optimizer", True]]}]
+    rules = carried_rules(records)
+    assert rules == ["fp8=True & zero_stage=3: known conflict", "fp8=True & use_flash_attn=True: suspected conflict",
+                     "overlap_param_gather=True needs use_distributed_optimizer=True"]
+    text = experience_section({"experience": {"grades": {"fp8": "partial"}, "rules": rules}})
+    assert "| fp8 | partial |" in text
+    assert "- overlap_param_gather=True needs use_distributed_optimizer=True" in text
+    assert "Rules carried" not in experience_section({"experience": {"grades": {"fp8": "partial"}}})
+    assert carried_rules(None) == [] and carried_rules([{"knob": "x"}]) == []
