@@ -104,21 +104,25 @@ def test_the_targets_search_runs_the_setting_only_beside_its_partner() -> None:
     assert (("overlap_param_gather", True), ("use_distributed_optimizer", True)) in ctl.view.requirements
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_a_requirement_learned_on_one_campaign_saves_the_next_its_crashes(tmp_path: Path, seed: int) -> None:
-    """End to end on the simulated write-back: a GPT 13B campaign on two H100 nodes learns that overlapping the
-    parameter all-gather crashes without the distributed optimizer; the bank carries it to the next campaign on
-    the same cluster, which never runs that crash."""
-    src = (LANDS / "heldout_gpt13b_twonode_h100.py").read_text() + '''
+def gpt13b_with_environment(tmp_path: Path) -> Path:
+    """``heldout_gpt13b_twonode_h100`` with an ``ENVIRONMENT`` and ``mechanism`` fields, as a transfer landscape."""
+    path = tmp_path / "gpt13b_env.py"
+    path.write_text((LANDS / "heldout_gpt13b_twonode_h100.py").read_text() + '''
 ENVIRONMENT = {"gpu_sku": "H100", "gpu_mem_gib": 80.0, "gpus_per_node": 8, "nodes": 2, "interconnect": "infiniband",
                "framework": "torch", "model_family": "gpt", "params": 13e9, "seq_len": 4096, "parallel": "tp1-pp1-dp16"}
 for _k in KNOBS:
     _k["mechanism"] = {"overlap_param_gather": "param_gather_overlap",
                        "use_distributed_optimizer": "distributed_optimizer"}.get(_k["name"], _k["name"])
-'''
-    path = tmp_path / "gpt13b_env.py"
-    path.write_text(src)
-    land = load_landscape(path)
+''')
+    return path
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_requirement_learned_on_one_campaign_saves_the_next_its_crashes(tmp_path: Path, seed: int) -> None:
+    """End to end on the simulated write-back: a GPT 13B campaign on two H100 nodes learns that overlapping the
+    parameter all-gather crashes without the distributed optimizer; the bank carries it to the next campaign on
+    the same cluster, which never runs that crash."""
+    land = load_landscape(gpt13b_with_environment(tmp_path))
     knobs = T.landscape_knobs(land)
     env = T.landscape_environment(land, knobs)
 
