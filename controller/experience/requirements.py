@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from infrarsi.controller.experience.mechanisms import mechanism_class, value_key
 from infrarsi.controller.experience.records import Environment, Observation
-from infrarsi.controller.experience.retrieval import Mode, TargetKnob, scope
+from infrarsi.controller.experience.retrieval import Mode, TargetKnob, nonref_settings, scope
 
 Requirement = tuple[tuple[str, str], tuple[str, str]]
 
@@ -52,11 +52,6 @@ def _refuted(req: Requirement, observations: Sequence[Observation], environments
     return False
 
 
-def _nonref(o: Observation, env: Environment | None) -> frozenset[tuple[str, str]]:
-    ref = env.reference_state if env is not None else {}
-    return frozenset((m, str(v)) for m, v in o.canonical.items() if str(ref.get(m)) != str(v))
-
-
 def _pinned(req: Requirement, observations: Sequence[Observation],
             environments: Mapping[str, Environment]) -> bool:
     """Whether some crashed observation breaking ``req`` has every non-reference setting and every pair of them in
@@ -68,9 +63,9 @@ def _pinned(req: Requirement, observations: Sequence[Observation],
         broke = [o for o in obs if req in o.requirements]
         if not broke:
             continue
-        passing = [_nonref(o, environments.get(o.environment)) for o in obs if _passed(o)]
+        passing = [nonref_settings(o, environments.get(o.environment)) for o in obs if _passed(o)]
         for o in broke:
-            sets = _nonref(o, environments.get(o.environment))
+            sets = nonref_settings(o, environments.get(o.environment))
             if all(any(set(c) <= p for p in passing)
                    for n in (1, 2) for c in itertools.combinations(sorted(sets), n)) \
                     and _hypotheses(sets, passing) == {(req[0], req[1][0])}:

@@ -458,7 +458,8 @@ def first_start(observations: Iterable[Observation], environments: Mapping[str, 
     return {"config": config, "speedup": speedup, "campaign": camp}
 
 
-def _nonref(o: Observation, env: Environment | None) -> frozenset[tuple[str, str]]:
+def nonref_settings(o: Observation, env: Environment | None) -> frozenset[tuple[str, str]]:
+    """An observation's (mechanism, canonical value) pairs that differ from its environment's reference state."""
     ref = env.reference_state if env is not None else {}
     return frozenset((m, str(v)) for m, v in o.canonical.items() if str(ref.get(m)) != str(v))
 
@@ -479,14 +480,14 @@ def _pinned(tup: Sequence[Sequence[str]], observations: Sequence[Observation],
     camps = {o.campaign for o in observations if any(_tuple_key(c) == t for c in o.conflicts)}
     for camp in sorted(camps):
         obs = [o for o in observations if o.campaign == camp]
-        passing = [_nonref(o, environments.get(o.environment)) for o in obs
+        passing = [nonref_settings(o, environments.get(o.environment)) for o in obs
                    if o.step_time_s is not None and str(o.verdicts.get("outcome", "ok")) == "ok"]
         for o in obs:
             if str(o.verdicts.get("outcome", "")) not in ("crash", "rejected"):
                 continue
             if not any(_tuple_key(c) == t for c in o.conflicts):
                 continue
-            sets = _nonref(o, environments.get(o.environment)) | t
+            sets = nonref_settings(o, environments.get(o.environment)) | t
             others = [frozenset(c) for c in itertools.combinations(sorted(sets), len(t)) if frozenset(c) != t]
             if all(any(c <= p for p in passing) for c in others):
                 return True
@@ -577,5 +578,6 @@ def search_experience(effects: Iterable[Effect], observations: Iterable[Observat
 
 
 __all__ = ["Coverage", "Grade", "Mode", "MODES", "TargetKnob", "target_knob", "target_knobs", "reference_state",
-           "seq_bucket", "param_bucket", "scope", "sign_transfers", "distance", "Retrieved", "retrieve",
-           "knob_grades", "record_sd", "combine", "setting_priors", "first_start", "conflicts", "search_experience"]
+           "seq_bucket", "param_bucket", "scope", "nonref_settings", "sign_transfers", "distance", "Retrieved",
+           "retrieve", "knob_grades", "record_sd", "combine", "setting_priors", "first_start", "conflicts",
+           "search_experience"]
