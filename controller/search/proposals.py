@@ -379,10 +379,10 @@ def _contrarian(view: SearchView, busy: set[Candidate] = frozenset()) -> Iterato
     upsides; the probe switches the partner off, :func:`_with_setting`).
 
     After those, a *suspect test*: an untried setting that nothing rates harmful (prior >= 0), whose upside clears
-    the gate and which only a suspected conflict (another campaign's unproven blame, ``view.suspects``) keeps
-    from the incumbent is tried on the incumbent *with* the suspected partner.  A wrong suspect would otherwise
-    keep a lever out of the search for good (nothing here ever crashes on it, so nothing lifts it); a crash costs
-    one early-ending trial and confirms the ban, a passing run lifts the suspect."""
+    the gate, or a tried one measured here above the gate, which only a suspected conflict (another campaign's
+    unproven blame, ``view.suspects``) keeps from the incumbent is tried on the incumbent *with* the suspected
+    partner.  A wrong suspect would otherwise keep a lever out of the search for good (nothing here ever crashes
+    on it, so nothing lifts it); a crash costs one early-ending trial and confirms the ban, a passing run lifts it."""
     tried, lost = _probed(view, busy)
     held = view.incumbent.settings(view.space)
 
@@ -394,7 +394,12 @@ def _contrarian(view: SearchView, busy: set[Candidate] = frozenset()) -> Iterato
     unsigned = {s: g for s, g in view.sign_unknown.items() if kept_apart(s, apart)}
     picks, tests = [], []
     for s, (prior, post, sd) in view.single_effects().items():
-        if s[0] == PATCH or s in tried or post + 2 * sd < view.gate:
+        if s[0] == PATCH or post + 2 * sd < view.gate:
+            continue
+        if s in tried:  # measured helpful here, kept from the incumbent only by a suspect: test that suspect
+            if post >= view.gate and s not in held and kept_apart(s, suspects) \
+                    and view.stall >= 2 * int(view.tune["stall_trials"]):
+                tests.append((True, -(post + 2 * sd), settings_key(s), s))
             continue
         k = view.space.knob(s[0])
         stated = bool(k.prior_mean) and s[1] in k.prior_mean

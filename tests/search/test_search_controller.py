@@ -478,6 +478,39 @@ def test_a_suspect_that_keeps_an_unrated_lever_out_is_tested_and_lifted_when_the
     assert c2.ledger.blocked(both.settings(space)) is not None
 
 
+def test_a_suspect_that_keeps_a_measured_lever_from_the_incumbent_is_tested():
+    """NeoX 20B H100 -> H20, seed 23 (session 14): FP8 reached the incumbent by a restart that dropped flash
+    attention, and the source's wrong suspect FP8 x flash then kept flash out of every later trial (1.398x; the
+    peak 1.514x needs both), though flash had been measured helping here many times.  The suspect test covered only
+    untried levers; now a tried lever whose posterior clears the gate, kept from the incumbent only by a suspect,
+    is tested too, once the search has stalled for twice the escape patience (a true suspect costs a crash: on
+    Mixtral H100 -> H20, FP8 x grouped GEMM is real, and testing it at once cost 13 seeds a trial or two).
+    Controls: not before the stall; a lever measured below the gate is not; nothing is tested without a suspect."""
+    space = SearchSpace((KnobSpec("fp8", (False, True), False), KnobSpec("flash", (False, True), False),
+                         KnobSpec("workers", (2, 8), 2), KnobSpec("mb", (1, 2, 4), 1)))
+    exp = [{"suspect": [["fp8", True], ["flash", True]]}, {"suspect": [["fp8", True], ["workers", 8]]}]
+
+    def run(experience, stalled=4):
+        c = SearchController(space, make_noise(), 1.0, 80.0, seed=0, experience=experience)
+        c.starts = []
+        for cfg, gain in (({"flash": True}, 0.08), ({"flash": True, "workers": 8}, 0.081),
+                          ({"workers": 8}, 0.001), ({"fp8": True}, 0.12),
+                          *[({"fp8": True, "mb": 2}, 0.05), ({"fp8": True, "mb": 4}, 0.04),
+                            ({"mb": 2}, -0.07), ({"mb": 4}, -0.08)][:stalled]):
+            c.tell(c.reference.with_values(cfg), ok(gain))
+        assert c.incumbent == c.reference.with_values({"fp8": True}) and c.stall == stalled
+        return c, [(tag, p) for tag, p in proposals._contrarian(c.view) if tag == proposals.SUSPECT_TEST]
+
+    assert run(exp, stalled=3)[1] == []  # not before the search has stalled
+    c, got = run(exp)
+    both = c.reference.with_values({"fp8": True, "flash": True})
+    assert got == [(proposals.SUSPECT_TEST, both)]  # flash (measured +0.08), not the workers (below the gate)
+    assert c.admissible(both, set(), proposals.SUSPECT_TEST) is None
+    c.tell(both, ok(0.20))
+    assert (("flash", True), ("fp8", True)) not in {tuple(sorted(t)) for t in c.view.suspects}
+    assert run([])[1] == []  # no suspect, no test
+
+
 def test_a_probe_of_a_setting_brings_the_partner_the_ledger_found_it_needs():
     """Session 12's open item: a requirement ``(s, r)`` was only enforced at admission, so a probe adding ``s``
     alone (the contrarian, the refine sweep, conflict repair) was refused and its lever left unprobed.  Now the
