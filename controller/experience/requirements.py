@@ -30,13 +30,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from infrarsi.controller.experience.mechanisms import mechanism_class, value_key
 from infrarsi.controller.experience.records import Environment, Observation
-from infrarsi.controller.experience.retrieval import Mode, TargetKnob, nonref_settings, scope
+from infrarsi.controller.experience.retrieval import (Mode, TargetKnob, nonref_settings, passed, scope,
+                                                      target_setting)
 
 Requirement = tuple[tuple[str, str], tuple[str, str]]
-
-
-def _passed(o: Observation) -> bool:
-    return o.step_time_s is not None and str(o.verdicts.get("outcome", "ok")) == "ok"
 
 
 def _refuted(req: Requirement, observations: Sequence[Observation], environments: Mapping[str, Environment],
@@ -45,25 +42,23 @@ def _refuted(req: Requirement, observations: Sequence[Observation], environments
     (ms, vs), (mr, vr) = req
     for o in observations:
         env = environments.get(o.environment)
-        if env is None or scope(env, target, "kernel") == "incompatible" or not _passed(o):
+        if env is None or scope(env, target, "kernel") == "incompatible" or not passed(o):
             continue
         if str(o.canonical.get(ms)) == vs and str(o.canonical.get(mr)) != vr:
             return True
     return False
 
 
-def _pinned(req: Requirement, observations: Sequence[Observation],
+def _pinned(req: Requirement, by_camp: Mapping[str, Sequence[Observation]],
             environments: Mapping[str, Environment]) -> bool:
-    """Whether some crashed observation breaking ``req`` has every non-reference setting and every pair of them in
-    a passing observation of its own campaign (so no conflict tuple of one or two settings explains it)."""
-    by_camp: dict[str, list[Observation]] = {}
-    for o in observations:
-        by_camp.setdefault(o.campaign, []).append(o)
+    """Whether some crashed observation breaking ``req`` (``by_camp``: observations per campaign) has every
+    non-reference setting and every pair of them in a passing observation of its own campaign (no conflict tuple
+    of one or two settings explains it) and no "needs a partner" hypothesis but ``req``'s (:func:`_hypotheses`)."""
     for obs in by_camp.values():
         broke = [o for o in obs if req in o.requirements]
         if not broke:
             continue
-        passing = [nonref_settings(o, environments.get(o.environment)) for o in obs if _passed(o)]
+        passing = [nonref_settings(o, environments.get(o.environment)) for o in obs if passed(o)]
         for o in broke:
             sets = nonref_settings(o, environments.get(o.environment))
             if all(any(set(c) <= p for p in passing)
@@ -95,32 +90,29 @@ def requirements(observations: Iterable[Observation], environments: Mapping[str,
     rules of the module docstring, in a deterministic order."""
     observations = list(observations)
     by_mech = {k.mechanism: k for k in knobs if k.mechanism}
-    crashes: set[Requirement] = set()
+    by_camp: dict[str, list[Observation]] = {}
+    stored: set[Requirement] = set()
     for o in observations:
+        by_camp.setdefault(o.campaign, []).append(o)
+        env = environments.get(o.environment)
         for req in o.requirements:
-            env = environments.get(o.environment)
             if mode == "filtered" and (env is None or any(
                     scope(env, target, mechanism_class(m)) != "covered" for m, _ in req)):
                 continue
-            crashes.add(req)
+            stored.add(req)
     out: list[dict[str, Any]] = []
     seen: set[tuple] = set()
-    for req in sorted(crashes):
-        if mode == "filtered" and (not _pinned(req, observations, environments)
+    for req in sorted(stored):
+        if mode == "filtered" and (not _pinned(req, by_camp, environments)
                                    or _refuted(req, observations, environments, target)):
             continue
-        settings = []
-        for mech, canon in req:
-            k = by_mech.get(mech)
-            v = k.value_for(str(canon)) if k is not None else None
-            if k is None or v is None or v == k.reference:
-                break
-            settings.append([k.name, v])
-        else:
-            key = tuple((n, value_key(v)) for n, v in settings)
-            if settings[0][0] != settings[1][0] and key not in seen:
-                seen.add(key)
-                out.append({"requires": settings})
+        need, partner = (target_setting(by_mech, m, v) for m, v in req)
+        if need is None or partner is None or need[0] == partner[0]:
+            continue
+        key = (need[0], value_key(need[1]), partner[0], value_key(partner[1]))
+        if key not in seen:
+            seen.add(key)
+            out.append({"requires": [list(need), list(partner)]})
     return out
 
 

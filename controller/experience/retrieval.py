@@ -458,6 +458,19 @@ def first_start(observations: Iterable[Observation], environments: Mapping[str, 
     return {"config": config, "speedup": speedup, "campaign": camp}
 
 
+def passed(o: Observation) -> bool:
+    """Whether an observation ran to the end (a step time) without a failed outcome: a passing run."""
+    return o.step_time_s is not None and str(o.verdicts.get("outcome", "ok")) == "ok"
+
+
+def target_setting(by_mech: Mapping[str, TargetKnob], mech: str, canon: Any) -> tuple[str, Any] | None:
+    """A record's (mechanism, canonical value) as a non-reference setting ``(knob, value)`` of the target's knob
+    with that mechanism; None when no target knob has the mechanism or the value maps onto none or the reference."""
+    k = by_mech.get(mech)
+    v = k.value_for(str(canon)) if k is not None else None
+    return None if k is None or v is None or v == k.reference else (k.name, v)
+
+
 def nonref_settings(o: Observation, env: Environment | None) -> frozenset[tuple[str, str]]:
     """An observation's (mechanism, canonical value) pairs that differ from its environment's reference state."""
     ref = env.reference_state if env is not None else {}
@@ -480,8 +493,7 @@ def _pinned(tup: Sequence[Sequence[str]], observations: Sequence[Observation],
     camps = {o.campaign for o in observations if any(_tuple_key(c) == t for c in o.conflicts)}
     for camp in sorted(camps):
         obs = [o for o in observations if o.campaign == camp]
-        passing = [nonref_settings(o, environments.get(o.environment)) for o in obs
-                   if o.step_time_s is not None and str(o.verdicts.get("outcome", "ok")) == "ok"]
+        passing = [nonref_settings(o, environments.get(o.environment)) for o in obs if passed(o)]
         for o in obs:
             if str(o.verdicts.get("outcome", "")) not in ("crash", "rejected"):
                 continue
@@ -526,14 +538,11 @@ def conflicts(observations: Iterable[Observation], environments: Mapping[str, En
                     kind = "suspect"
             settings = []
             for mech, canon in tup:
-                k = by_mech.get(mech)
-                v = k.value_for(str(canon)) if k is not None else None
-                if k is None or v is None or v == k.reference:
-                    break
+                setting = target_setting(by_mech, mech, canon)
                 # a crash is a software fact: FP8's SKU-bound sign does not make its crash SKU-bound
-                if _obs_scope(o, env, target, mode, mech, software=not is_oom) != "covered":
+                if setting is None or _obs_scope(o, env, target, mode, mech, software=not is_oom) != "covered":
                     break
-                settings.append((k.name, v))
+                settings.append(setting)
             else:
                 if not settings:
                     continue
@@ -578,6 +587,6 @@ def search_experience(effects: Iterable[Effect], observations: Iterable[Observat
 
 
 __all__ = ["Coverage", "Grade", "Mode", "MODES", "TargetKnob", "target_knob", "target_knobs", "reference_state",
-           "seq_bucket", "param_bucket", "scope", "nonref_settings", "sign_transfers", "distance", "Retrieved",
+           "seq_bucket", "param_bucket", "scope", "passed", "target_setting", "nonref_settings", "sign_transfers", "distance", "Retrieved",
            "retrieve", "knob_grades", "record_sd", "combine", "setting_priors", "first_start", "conflicts",
            "search_experience"]

@@ -17,8 +17,8 @@ Per repeat (seed s):
 Write-back of a simulated campaign (:func:`campaign_records`) follows the real one's rules through the same
 function, :func:`.evidence.evidence_effects`: one Observation per search trial (canonical mechanism values,
 outcome, OOM shortfall, minimal conflict tuples and broken requirements from the search's failure attribution);
-Effects only from the verified runs (the doctor's reference and the search trials that ran to the end and passed the numerical check,
-patch-free): paired single-knob changes beyond the gate (``verified-search``), the promoted single-knob candidate
+Effects only from the verified runs (the doctor's reference and the search trials that ran to the end and passed
+the numerical check, patch-free): paired single-knob changes beyond the gate (``verified-search``), the promoted single-knob candidate
 (``verified-rerun``) and the posterior-gated main effects of the time model for settings measured only inside
 bundles (``verified-model``).
 

@@ -379,9 +379,9 @@ def _contrarian(view: SearchView, busy: set[Candidate] = frozenset()) -> Iterato
     upsides; the probe switches the partner off, :func:`_with_setting`).
 
     After those, a *suspect test*: an untried setting that nothing rates harmful (prior >= 0), whose upside clears
-    the gate, or a tried one measured here above the gate, which only a suspected conflict (another campaign's
-    unproven blame, ``view.suspects``) keeps from the incumbent is tried on the incumbent *with* the suspected
-    partner.  A wrong suspect would otherwise keep a lever out of the search for good (nothing here ever crashes
+    the gate, or (after a stall of twice the escape patience) a tried one measured here above the gate, which
+    only a suspected conflict (another campaign's unproven blame, ``view.suspects``) keeps from the incumbent is
+    tried on the incumbent *with* the suspected partner.  A wrong suspect would otherwise keep a lever out of the search for good (nothing here ever crashes
     on it, so nothing lifts it); a crash costs one early-ending trial and confirms the ban, a passing run lifts it."""
     tried, lost = _probed(view, busy)
     held = view.incumbent.settings(view.space)
