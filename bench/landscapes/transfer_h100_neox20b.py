@@ -3,7 +3,7 @@
 other flag names (``model.fp8``, ``model.tensor_model_parallel_size``, ``model.optim.zero_stage``, ...).  The knobs
 carry the same ``mechanism`` names and ``canonical`` value maps, so experience moves between the two.
 
-Held out for issue 13 (session 13): written after the sign-unknown probe (``proposals._contrarian``, commit
+Held out for issue 13 (session 13): written after the sign-unknown probe (``probes.contrarian``, commit
 ``b8630e5``) and committed before it was ever measured; the constants are not to be tuned on the outcome.
 
 Same fixed layout and memory model as the twin, on 80 GiB.  With GEMMs six times faster and the same network, the

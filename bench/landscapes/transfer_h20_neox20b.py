@@ -3,7 +3,7 @@ TFLOP/s dense BF16, 4 TB/s, 96 GiB), launched by Megatron-DeepSpeed with its fla
 ``transfer_h100_neox20b.py`` is the same model and layout on four 8x H100 nodes (80 GiB) under a NeMo-style
 launcher with other flag names and the same ``mechanism`` fields.
 
-Held out for issue 13 (session 13): written after the sign-unknown probe (``proposals._contrarian``, commit
+Held out for issue 13 (session 13): written after the sign-unknown probe (``probes.contrarian``, commit
 ``b8630e5``) and committed before it was ever measured; the constants are not to be tuned on the outcome.
 
 Layout (fixed): pipeline parallel 4 (11 layers a stage), the rest data parallel (8 at TP1), ZeRO-1 optimizer

@@ -351,7 +351,7 @@ def setting_priors(retrieved: Sequence[Retrieved], base: Mapping[tuple[str, Any]
     transfer (``Retrieved.signed`` False: balance or FP8 effects from another SKU) never move the speed prior: a
     setting with only such records gets no ``log_speedup``/``prior_sd`` (the knob's own prior stays), only the
     memory prior and ``"unsigned_gain"``, the largest |log-speedup| measured elsewhere (the setting mattered on
-    other hardware and its sign here is unknown: the search probes it, ``proposals._contrarian``).
+    other hardware and its sign here is unknown: the search probes it, ``probes.contrarian``).
 
     ``base`` maps (knob, value) to the knob's own prior (mean, SD); settings not in it start from (0,
     ``default_sd``).  Deterministic in the order of ``retrieved``; settings are listed in first-retrieved order.

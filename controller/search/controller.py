@@ -30,7 +30,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from infrarsi.controller.search import proposals
+from infrarsi.controller.search import probes, proposals
 from infrarsi.controller.search.batch import AGGRESSIVE
 from infrarsi.controller.search.failures import FailureLedger
 from infrarsi.controller.search.features import FeatureMap
@@ -236,7 +236,7 @@ class SearchController:
     # -------------------------------------------------------------- admission
     def admissible(self, cand: Candidate, taken: set[Candidate], op: str | None = None) -> str | None:
         """Why ``cand`` may not be proposed now (None if it may); ``op``, the proposing operator: a
-        ``suspect-test`` (``proposals._contrarian``) is built to hold one suspected conflict, so suspects do not
+        ``suspect-test`` (``probes.contrarian``) is built to hold one suspected conflict, so suspects do not
         refuse it (everything else does)."""
         if cand in self.told or cand in taken or cand in self.outstanding:
             return "visited"
@@ -253,7 +253,7 @@ class SearchController:
         why = self._second_near_copy(cand, taken)
         if why:
             return why
-        why = self._suspected(sets) if op != proposals.SUSPECT_TEST else None
+        why = self._suspected(sets) if op != probes.SUSPECT_TEST else None
         if why:
             return why
         for s, need in self.ledger.needs_saver.items():
@@ -267,7 +267,7 @@ class SearchController:
         A suspect is avoided until this campaign's own ledger bans another tuple sharing one of its settings: then
         the crash the suspect stood for has an explanation here (the source's blame was one guess among several,
         and a wrong guess must not keep its settings apart for good), or until a run holding the whole tuple
-        passes here (a suspect test, ``proposals._contrarian``: the guess was wrong).  A suspect this campaign
+        passes here (a suspect test, ``probes.contrarian``: the guess was wrong).  A suspect this campaign
         bans itself is refused by the ledger as any ban."""
         for t in self.active_suspects():
             if set(t) <= sets:

@@ -9,7 +9,7 @@ transfer check of a belief measured elsewhere (:func:`refine.transfer_check`);
 queued follow-ups derived from tells (bundle completion, conflict
 backtracking and migration, ordered-axis extrapolation, conflict reverts);
 one contrarian probe (with experience also a probe of a lever whose sign did
-not transfer, or a test of a suspected conflict, :func:`_contrarian`); patch
+not transfer, or a test of a suspected conflict, :func:`contrarian`); patch
 stacking and patch exploration; when stalled on an incumbent from
 transferred experience, the refine sweep of its uncovered levers
 (:mod:`refine`); warm restarts and trust-region escape over the
@@ -23,7 +23,7 @@ they are handed.
 With busy candidates: queued follow-ups one move from a busy follow-up wait,
 ranked pool candidates one knob from a busy one come last, "tried" counts the
 busy ones (contrarian and patch probes spread out) but not a probe that failed
-with its failing base (:func:`_tried`: it is probed again), with three or more
+with its failing base (:func:`probes.tried`: it is probed again), with three or more
 busy one patch probe may run beside them, with two or more busy the
 stacked move (:func:`_stacked`: the best-predicted configuration beyond the
 trust radius, every lever the model rates positive in one trial) and with six
@@ -33,15 +33,16 @@ trust region.
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
 from infrarsi.controller.search import batch, refine
 from infrarsi.controller.search.models import stable
+from infrarsi.controller.search.moves import best_saver, complete_bundle, legal_unblocked
+from infrarsi.controller.search.probes import contrarian, probed, tried
 from infrarsi.controller.search.space import PATCH, Candidate, Outcome, Setting, settings_key
-from infrarsi.controller.search.view import Conflict, FollowUps, SearchView, view_of
+from infrarsi.controller.search.view import FollowUps, SearchView, view_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from infrarsi.controller.search.controller import SearchController
@@ -122,10 +123,6 @@ class Pool:
         return acq, mu, sd, p
 
 
-def _legal_unblocked(view: SearchView, cand: Candidate) -> bool:
-    return view.space.legal(cand.as_dict()) and view.blocked(cand.settings(view.space)) is None
-
-
 def initial_starts(view: SearchView) -> list[Candidate]:
     """The three starts: experience best, prior best differing in a big knob, random legal."""
     pool = view.pool
@@ -141,10 +138,10 @@ def initial_starts(view: SearchView) -> list[Candidate]:
             d[k.name] = v if v in k.values else k.reference
         cand = Candidate.from_dict(d)
         if float(view.predict([cand])[2][0]) < 0.5:  # measured elsewhere, maybe with more memory: add a saver
-            saver = _best_saver(view, cand)
+            saver = best_saver(view, cand)
             if saver is not None:
                 cand = cand.with_values({saver[0]: saver[1]})
-        if not cand.is_reference(view.space) and _legal_unblocked(view, cand):
+        if not cand.is_reference(view.space) and legal_unblocked(view, cand):
             starts.append(cand)
     sample = pool.rows(rng)
     X = pool.features(sample, frozenset())
@@ -156,7 +153,7 @@ def initial_starts(view: SearchView) -> list[Candidate]:
             if not feas[i] or prior_score[i] <= 0:
                 continue
             cand = pool.to_candidate(sample[i])
-            if cand in starts or not _legal_unblocked(view, cand):
+            if cand in starts or not legal_unblocked(view, cand):
                 continue
             if starts and prior_big and not any(cand.value(k) != s.value(k) for s in starts for k in prior_big):
                 continue
@@ -165,75 +162,10 @@ def initial_starts(view: SearchView) -> list[Candidate]:
     for _ in range(1000):
         row = np.array([rng.integers(0, s) for s in pool.sizes], dtype=int)
         cand = pool.to_candidate(row)
-        if cand not in starts and not cand.is_reference(view.space) and _legal_unblocked(view, cand):
+        if cand not in starts and not cand.is_reference(view.space) and legal_unblocked(view, cand):
             starts.append(cand)
             break
     return starts
-
-
-def _with_setting(view: SearchView, base: Candidate, s: Setting, suspects: bool = False) -> Candidate:
-    """``base`` plus setting ``s``, reverting settings banned together with ``s`` (``suspects``: also those another
-    campaign suspected together with it), adding what ``s`` was found to need (a requirement ``(s, r)`` of the
-    failure ledger: the partner ``r``, unless that brings a ban back) and a saver if needed."""
-    if s[0] == PATCH:
-        return Candidate(base.config, base.patches | {s[1]})
-    cand = base.with_values({s[0]: s[1]})
-    sets = cand.settings(view.space)
-    for t in view.conflicts + (view.suspects if suspects else ()):
-        if s in t and set(t) <= sets:
-            for other in t:
-                if other != s and other[0] != PATCH:
-                    cand = cand.with_values({other[0]: view.space.knob(other[0]).reference})
-    for need, partner in view.requirements:
-        if need == s and partner[0] != PATCH and partner not in cand.settings(view.space):
-            with_partner = cand.with_values({partner[0]: partner[1]})
-            if not any(set(t) <= with_partner.settings(view.space) for t in view.conflicts):
-                cand = with_partner
-    if float(view.predict([cand])[2][0]) < 0.5:
-        saver = _best_saver(view, cand)
-        if saver is not None:
-            cand = cand.with_values({saver[0]: saver[1]})
-    return cand
-
-
-def _saver_options(view: SearchView, cand: Candidate, exclude: set[str] = frozenset()) -> list[tuple[Setting, float, float]]:
-    """Reference-held savers for ``cand``: (setting, GiB saved, posterior speed coef), best first."""
-    d = cand.as_dict()
-    coef, _ = view.coefficients()
-    out = []
-    for k in view.space.knobs:
-        if d[k.name] != k.reference or k.name in exclude:
-            continue
-        for v in k.values:
-            if v == k.reference:
-                continue
-            delta = view.mem_delta((k.name, v))
-            if delta < 0:
-                out.append(((k.name, v), -delta, float(coef[view.fmap.index[(k.name, v)]])))
-    out.sort(key=lambda t: (-t[2], -t[1], settings_key(t[0])))
-    return out
-
-
-def _best_saver(view: SearchView, cand: Candidate) -> Setting | None:
-    opts = _saver_options(view, cand)
-    return opts[0][0] if opts else None
-
-
-def _complete_bundle(view: SearchView, cand: Candidate, skip: set[Setting]) -> tuple[Candidate, Setting | None]:
-    """Add reference-held savers (fastest first) until the memory model predicts a fit."""
-    first = None
-    used: set[str] = set()
-    for _ in range(4):
-        if float(view.predict([cand])[2][0]) >= 0.6:
-            break
-        opts = [o for o in _saver_options(view, cand, used) if o[0] not in skip]
-        if not opts:
-            break
-        s = opts[0][0]
-        first = first or s
-        used.add(s[0])
-        cand = _with_setting(view, cand, s)
-    return cand, first
 
 
 def on_oom(view: SearchView, followups: FollowUps, cand: Candidate, outcome: Outcome, prev_pred: float) -> None:
@@ -242,7 +174,7 @@ def on_oom(view: SearchView, followups: FollowUps, cand: Candidate, outcome: Out
         return
     skip: set[Setting] = set()
     for _ in range(2):
-        bundle, first = _complete_bundle(view, cand, skip)
+        bundle, first = complete_bundle(view, cand, skip)
         if first is None:
             break
         _enqueue(view, followups, "bundle", bundle)
@@ -321,99 +253,6 @@ def _enqueue(view: SearchView, followups: FollowUps, tag: str, cand: Candidate) 
         followups.add(tag, cand)
 
 
-def _tried(view: SearchView, busy: set[Candidate] = frozenset()) -> set[Setting]:
-    """Settings measured or being measured: those of every outstanding or otherwise busy (pending, in this
-    batch) candidate and of every told one, except a setting of a failed trial whose failure its base explains.
-
-    A probe adds one setting to a base (the contrarian probe and a patch probe: the believed incumbent, often a
-    start still running).  When the base itself failed the same way, without that setting, the probe's failure
-    says nothing of the setting (the ledger does not blame a patch for it either), and counting the setting as
-    tried would lose its lever for good: it is untried again and probed once more on the next incumbent.  A
-    setting whose probe failed on a base that did not fail stays tried (at most one re-probe per base failure).
-    """
-    return _probed(view, busy)[0]
-
-
-def _probed(view: SearchView, busy: set[Candidate]) -> tuple[set[Setting], set[Setting]]:
-    """(tried, lost): :func:`_tried`, and the settings held only by failed trials whose failure their base
-    explains (probed again, after every setting never tried at all: a lost probe waits behind the fresh ones)."""
-    told_seen, told_lost = view.per_tell("probed", lambda: _told_probes(view))
-    seen = set(told_seen)
-    for c in list(view.outstanding) + sorted(busy, key=lambda c: c.signature):
-        seen |= c.settings(view.space)
-    return seen, set(told_lost) - seen
-
-
-def _told_probes(view: SearchView) -> tuple[frozenset[Setting], frozenset[Setting]]:
-    """(tried, lost) over the told history alone (see :func:`_probed`; quadratic in the tells, so cached
-    per tell)."""
-    seen: set[Setting] = set()
-    history = view.history
-    failed = [(c.settings(view.space), o.status) for c, o in history if o.status != "ok"]
-    lost: set[Setting] = set()
-    for c, o in history:
-        sets = c.settings(view.space)
-        if o.status == "ok":
-            seen |= sets
-            continue
-        alike = [f for f, st in failed if st == o.status and f and f < sets]  # candidate bases of this failure
-        for s in sets:
-            explained = any(s not in f for f in alike)
-            (lost if explained else seen).add(s)
-    return frozenset(seen), frozenset(lost)
-
-
-#: the operator tag of a suspect test (:func:`_contrarian`): admission lets its candidate hold a suspected conflict
-SUSPECT_TEST = "suspect-test"
-
-
-def _contrarian(view: SearchView, busy: set[Candidate] = frozenset()) -> Iterator[tuple[str, Candidate]]:
-    """Untried settings the prior (stated, or transferred from experience measured elsewhere) rates low (<= 0)
-    yet whose two-sigma upside clears the gate (one lost with a failing base after the never-tried ones).
-
-    A setting measured elsewhere by at least the gate whose sign does not carry here (``view.sign_unknown``: a
-    balance or FP8 effect from another GPU SKU) is probed the same way while its prior stays at or below 0 and a
-    conflict (known, banned or suspected by another campaign) keeps it from a setting the incumbent holds: the
-    pool reaches it only by giving up that partner's measured gain, so it would be tried late or never, though
-    it mattered on other hardware and may be the biggest lever here (the larger |effect| first among equal
-    upsides; the probe switches the partner off, :func:`_with_setting`).
-
-    After those, a *suspect test*: an untried setting that nothing rates harmful (prior >= 0), whose upside clears
-    the gate, or (after a stall of twice the escape patience) a tried one measured here above the gate, which
-    only a suspected conflict (another campaign's unproven blame, ``view.suspects``) keeps from the incumbent is
-    tried on the incumbent *with* the suspected partner.  A wrong suspect would otherwise keep a lever out of the search for good (nothing here ever crashes
-    on it, so nothing lifts it); a crash costs one early-ending trial and confirms the ban, a passing run lifts it."""
-    tried, lost = _probed(view, busy)
-    held = view.incumbent.settings(view.space)
-
-    def kept_apart(s: Setting, tuples: Iterable[Conflict]) -> bool:  # a tuple holds s and incumbent settings only
-        return any(s in t and all(o == s or o in held for o in t) for t in tuples)
-
-    suspects = view.suspects
-    apart = view.conflicts + suspects
-    unsigned = {s: g for s, g in view.sign_unknown.items() if kept_apart(s, apart)}
-    picks, tests = [], []
-    for s, (prior, post, sd) in view.single_effects().items():
-        if s[0] == PATCH or post + 2 * sd < view.gate:
-            continue
-        if s in tried:  # measured helpful here, kept from the incumbent only by a suspect: test that suspect
-            if post >= view.gate and s not in held and kept_apart(s, suspects) \
-                    and view.stall >= 2 * int(view.tune["stall_trials"]):
-                tests.append((True, -(post + 2 * sd), settings_key(s), s))
-            continue
-        k = view.space.knob(s[0])
-        stated = bool(k.prior_mean) and s[1] in k.prior_mean
-        elsewhere = unsigned.get(s, 0.0) >= view.gate
-        if (stated or s in view.transferred or elsewhere) and prior <= 0:
-            picks.append((s in lost, -(post + 2 * sd), -unsigned.get(s, 0.0), settings_key(s), s))
-        elif prior >= 0 and not elsewhere and kept_apart(s, suspects):
-            tests.append((s in lost, -(post + 2 * sd), settings_key(s), s))
-    for *_, s in sorted(picks)[:1]:
-        yield "contrarian", _with_setting(view, view.incumbent, s, suspects=s in unsigned)
-    for *_, s in sorted(tests)[:1]:
-        yield SUSPECT_TEST, view.incumbent.with_values({s[0]: s[1]})
-
-
 def _patch_ops(view: SearchView, upside_low: bool,
                busy: set[Candidate] = frozenset()) -> Iterator[tuple[str, Candidate]]:
     coef, _ = view.coefficients()
@@ -440,8 +279,8 @@ def _patch_ops(view: SearchView, upside_low: bool,
     side_probe = cheap and not probing
     if not upside_low and not side_probe:
         return
-    tried, lost = _probed(view, busy)
-    untested = [p for p in view.space.patches if (PATCH, p) not in tried and p not in banned]
+    seen, lost = probed(view, busy)
+    untested = [p for p in view.space.patches if (PATCH, p) not in seen and p not in banned]
     prior = view.tune["patch_priors"] or {}
     order = sorted(untested, key=lambda p: ((PATCH, p) in lost, -float(prior.get(p, 0.0)), p))
     for p in order[: None if upside_low else 1]:
@@ -468,8 +307,8 @@ def untested_patches(ctrl: "SearchView | SearchController", busy: set[Candidate]
     """Patches of the space not yet tried (told, outstanding or busy) and not banned.  Accepts the controller
     or its view."""
     view = view_of(ctrl)
-    tried = {s[1] for s in _tried(view, busy) if s[0] == PATCH}
-    return [p for p in view.space.patches if p not in tried and p not in view.banned_patches]
+    seen = {s[1] for s in tried(view, busy) if s[0] == PATCH}
+    return [p for p in view.space.patches if p not in seen and p not in view.banned_patches]
 
 
 def _class(view: SearchView, c: Candidate, big: list[str]) -> tuple:
@@ -537,7 +376,7 @@ def propose(view: SearchView, rng: np.random.Generator, taken: set[Candidate],
     batch); ranked pool candidates one move from a busy candidate come after all others.
     """
     # the starts; with busy starts, their hedges and the contrarian probe between them
-    yield from batch.starts_and_hedges(view, busy, lambda: _contrarian(view, busy))
+    yield from batch.starts_and_hedges(view, busy, lambda: contrarian(view, busy))
     yield from refine.transfer_check(view, busy)
     queue = view.queue
     order = sorted(range(len(queue)), key=lambda i: (PRIORITY.get(queue[i][0], 2), -i))
@@ -557,10 +396,10 @@ def propose(view: SearchView, rng: np.random.Generator, taken: set[Candidate],
     bdist = (rows[:, bigcols] != inc_row[bigcols]).sum(axis=1)
     ok = p >= float(view.tune["min_p_feasible"])
     upside = float(np.max(np.where(ok & (dist > 0), mu + 2 * sd, -np.inf), initial=-np.inf)) - view.incumbent_y
-    yield from _contrarian(view, busy)
+    yield from contrarian(view, busy)
     yield from _patch_ops(view, upside < view.gate or view.stall >= int(view.tune["stall_trials"]), busy)
     # stalled on an experience start: refine it (controller/search/refine.py) before escaping it
-    yield from refine.refine_sweep(view, busy, _with_setting, _complete_bundle)
+    yield from refine.refine_sweep(view, busy)
 
     crowded = np.zeros(len(rows), dtype=bool)  # one knob from a busy candidate with the incumbent's patches
     for b in busy:

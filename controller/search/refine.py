@@ -31,16 +31,14 @@ every record ``covered`` at distance 0) never yields from it, so its proposals a
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Iterator
 
 import numpy as np
 
 from infrarsi.controller.search.models import log_speedup
+from infrarsi.controller.search.moves import complete_bundle, with_setting
 from infrarsi.controller.search.space import PATCH, Candidate, Setting, settings_key
 from infrarsi.controller.search.view import SearchView
-
-WithSetting = Callable[[SearchView, Candidate, Setting], Candidate]
-Complete = Callable[[SearchView, Candidate, set[Setting]], tuple[Candidate, "Setting | None"]]
 
 
 def active(view: SearchView) -> bool:
@@ -76,14 +74,13 @@ def measured_apart(view: SearchView, s: Setting) -> bool:
     return any(y in without for y in ok if s not in y)
 
 
-def refine_sweep(view: SearchView, busy: set[Candidate], with_setting: WithSetting,
-                 complete: Complete) -> Iterator[tuple[str, Candidate]]:
+def refine_sweep(view: SearchView, busy: set[Candidate]) -> Iterator[tuple[str, Candidate]]:
     """The refine moves of the incumbent, best acquisition first (see the module docstring).
 
     Only when :func:`active`, the search is stalled (``stall >= stall_trials``) and the incumbent is not the
-    reference.  ``with_setting`` builds a one-knob neighbour (the proposals' ``_with_setting``: conflict
-    reverts, and a saver when the memory model predicts an OOM); ``complete`` (the proposals'
-    ``_complete_bundle``) adds savers to the graft.  Yields ``("refine", candidate)``; the controller's
+    reference.  A one-knob neighbour is built by :func:`moves.with_setting` (conflict reverts, a partner the
+    ledger found the setting needs, and a saver when the memory model predicts an OOM);
+    :func:`moves.complete_bundle` adds savers to the graft.  Yields ``("refine", candidate)``; the controller's
     admission filter still applies."""
     if not active(view) or view.incumbent.is_reference(view.space):
         return
@@ -101,7 +98,7 @@ def refine_sweep(view: SearchView, busy: set[Candidate], with_setting: WithSetti
     if graft:
         cand = inc.with_values(graft)
         if float(view.predict([cand])[2][0]) < 0.5:
-            cand, _ = complete(view, cand, set())
+            cand, _ = complete_bundle(view, cand, set())
         if fresh(cand):
             cands.append(cand)
     for k in view.space.knobs:

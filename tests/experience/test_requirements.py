@@ -100,7 +100,7 @@ def test_the_targets_search_runs_the_setting_only_beside_its_partner() -> None:
     why = ctl.admissible(alone, set()) or ""
     assert "overlap_param_gather" in why and "needs use_distributed_optimizer" in why, why
     assert ctl.admissible(both, set()) is None
-    # a probe of the setting (proposals._with_setting) reads the requirement from the search's view
+    # a probe of the setting (moves.with_setting) reads the requirement from the search's view
     assert (("overlap_param_gather", True), ("use_distributed_optimizer", True)) in ctl.view.requirements
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from infrarsi.controller.search import proposals
+from infrarsi.controller.search import moves, probes, proposals
 from infrarsi.controller.search.controller import SearchController
 from infrarsi.controller.search.promotion import decide_promotion
 from infrarsi.controller.search.runner import run_search
@@ -89,8 +89,8 @@ def test_a_probe_lost_with_its_failing_base_is_probed_again(base_failed):
     c.tell(base.with_values({"algo": "tree"}), _crash())
     c.tell(c.reference.with_values({"compile": True}), ok(0.10))
     c.tell(c.reference.with_values({"fused_ce": False}), ok(-0.01))  # the other low-rated lever: measured
-    probes = [p.as_dict() for _, p in proposals._contrarian(c.view)]
-    assert [p["algo"] for p in probes] == (["tree"] if base_failed else []), probes
+    got = [p.as_dict() for _, p in probes.contrarian(c.view)]
+    assert [p["algo"] for p in got] == (["tree"] if base_failed else []), got
 
 
 def _lose_p1(space) -> SearchController:
@@ -109,12 +109,12 @@ def test_a_patch_probe_lost_with_its_failing_base_is_probed_again():
     either: the patch is probed again on the next incumbent, after the patches never tried at all."""
     c = _lose_p1(toy_space(patches=("p1",)))
     props = c.ask(5)
-    probes = [sorted(p.patches) for p in props if c.proposed_by[p] == "patch" and p.value("compile") is True]
-    assert probes == [["p1"]], [(c.proposed_by[p], p.as_dict(), sorted(p.patches)) for p in props]
+    patched = [sorted(p.patches) for p in props if c.proposed_by[p] == "patch" and p.value("compile") is True]
+    assert patched == [["p1"]], [(c.proposed_by[p], p.as_dict(), sorted(p.patches)) for p in props]
     c = _lose_p1(toy_space())
     props = c.ask(5)
-    probes = [sorted(p.patches) for p in props if c.proposed_by[p] == "patch"]
-    assert probes[:1] == [["p2"]], probes  # the fresh patch first (one unverified probe at a time)
+    patched = [sorted(p.patches) for p in props if c.proposed_by[p] == "patch"]
+    assert patched[:1] == [["p2"]], patched  # the fresh patch first (one unverified probe at a time)
 
 
 def test_bundle_completion_pairs_a_high_upside_oom_with_a_saver():
@@ -432,17 +432,17 @@ def test_a_setting_whose_sign_does_not_transfer_is_probed_without_its_suspected_
             {"suspect": [["fp8", True], ["grouped", True]]}]
     fp8 = {"knob": "fp8", "value": True, "records": 1, "coverage": "partial", "distance": 1.0}
 
-    def probes(experience: list[dict]) -> list[tuple[str, dict]]:
+    def probed(experience: list[dict]) -> list[tuple[str, dict]]:
         c = SearchController(space, make_noise(), 1.0, 80.0, seed=0, experience=experience)
         c.starts = []
         c.tell(c.reference.with_values({"grouped": True, "compile": True}), ok(0.11))
-        return [(tag, p.as_dict()) for tag, p in proposals._contrarian(c.view)]
+        return [(tag, p.as_dict()) for tag, p in probes.contrarian(c.view)]
 
-    assert probes(base + [{**fp8, "unsigned_gain": 0.04}]) == [
+    assert probed(base + [{**fp8, "unsigned_gain": 0.04}]) == [
         ("contrarian", {"fp8": True, "grouped": False, "compile": True})]
-    assert probes(base[:2] + [{**fp8, "unsigned_gain": 0.04}]) == []
+    assert probed(base[:2] + [{**fp8, "unsigned_gain": 0.04}]) == []
     # a setting that barely mattered elsewhere (below the gate) is not probed apart: the suspect is tested
-    assert [t for t, _ in probes(base + [{**fp8, "unsigned_gain": 0.0001}])] == ["suspect-test"]
+    assert [t for t, _ in probed(base + [{**fp8, "unsigned_gain": 0.0001}])] == ["suspect-test"]
 
 
 def test_a_suspect_that_keeps_an_unrated_lever_out_is_tested_and_lifted_when_the_run_passes():
@@ -461,7 +461,7 @@ def test_a_suspect_that_keeps_an_unrated_lever_out_is_tested_and_lifted_when_the
     inc = c.reference.with_values({"flash": True})
     c.tell(inc, ok(0.09))
     both = inc.with_values({"fp8": True})
-    got = [(tag, p) for tag, p in proposals._contrarian(c.view) if tag == "suspect-test"]
+    got = [(tag, p) for tag, p in probes.contrarian(c.view) if tag == "suspect-test"]
     assert got == [("suspect-test", both)]  # FP8 (prior 0), not checkpointing (rated harmful)
     assert "suspected conflict" in (c.admissible(both, set()) or "")
     assert c.admissible(both, set(), "suspect-test") is None
@@ -499,13 +499,13 @@ def test_a_suspect_that_keeps_a_measured_lever_from_the_incumbent_is_tested():
                             ({"mb": 2}, -0.07), ({"mb": 4}, -0.08)][:stalled]):
             c.tell(c.reference.with_values(cfg), ok(gain))
         assert c.incumbent == c.reference.with_values({"fp8": True}) and c.stall == stalled
-        return c, [(tag, p) for tag, p in proposals._contrarian(c.view) if tag == proposals.SUSPECT_TEST]
+        return c, [(tag, p) for tag, p in probes.contrarian(c.view) if tag == probes.SUSPECT_TEST]
 
     assert run(exp, stalled=3)[1] == []  # not before the search has stalled
     c, got = run(exp)
     both = c.reference.with_values({"fp8": True, "flash": True})
-    assert got == [(proposals.SUSPECT_TEST, both)]  # flash (measured +0.08), not the workers (below the gate)
-    assert c.admissible(both, set(), proposals.SUSPECT_TEST) is None
+    assert got == [(probes.SUSPECT_TEST, both)]  # flash (measured +0.08), not the workers (below the gate)
+    assert c.admissible(both, set(), probes.SUSPECT_TEST) is None
     c.tell(both, ok(0.20))
     assert (("flash", True), ("fp8", True)) not in {tuple(sorted(t)) for t in c.view.suspects}
     assert run([])[1] == []  # no suspect, no test
@@ -520,15 +520,15 @@ def test_a_probe_of_a_setting_brings_the_partner_the_ledger_found_it_needs():
     G, D, M, T = ("gather", True), ("distopt", True), ("mb", 2), ("tp", 4)
     c = SearchController(space, make_noise(), 1.0, 80.0, seed=0)
     base = c.reference.with_values({"mb": 2})
-    assert proposals._with_setting(c.view, base, G).as_dict()["distopt"] is False  # control: nothing learned
+    assert moves.with_setting(c.view, base, G).as_dict()["distopt"] is False  # control: nothing learned
     crash = Outcome("crash", reason="boom", gpu_hours=0.01)
     c.tell(c.reference.with_values({"gather": True, "distopt": True, "tp": 4}), ok(0.05))
     for rec in ({"gather": True, "tp": 4}, {"gather": True, "mb": 2}):
         c.tell(c.reference.with_values(rec), crash)
     assert c.view.requirements == ((G, D),)
-    probe = proposals._with_setting(c.view, base, G)
+    probe = moves.with_setting(c.view, base, G)
     assert probe.as_dict() == {"gather": True, "distopt": True, "mb": 2, "tp": 1}
     assert c.admissible(probe, set()) is None
     # a partner that would complete a banned tuple stays out (the probe is then refused, as before)
     c.ledger.banned.append(((("distopt", True)), ("mb", 2)))
-    assert proposals._with_setting(c.view, base, G).as_dict()["distopt"] is False
+    assert moves.with_setting(c.view, base, G).as_dict()["distopt"] is False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from infrarsi.controller.search import proposals, refine
+from infrarsi.controller.search import refine
 from infrarsi.controller.search.controller import SearchController
 from infrarsi.controller.search.space import Outcome
 
@@ -35,7 +35,7 @@ def stall(c: SearchController, n: int = 2) -> None:
 
 
 def sweep(c: SearchController) -> list:
-    return [cand for _, cand in refine.refine_sweep(c.view, set(), proposals._with_setting, proposals._complete_bundle)]
+    return [cand for _, cand in refine.refine_sweep(c.view, set())]
 
 
 def test_inactive_without_transferred_experience():
