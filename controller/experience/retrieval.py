@@ -30,8 +30,8 @@ measured a memory delta.  The best observation of the best-ranked source campaig
 starts (settings of mechanisms the record does not cover stay at the reference; in ``filtered`` also settings the
 bank holds no covered, helping effect of), and minimal conflict tuples of covered observations become known
 conflicts (an OOM conflict only when the target has no more memory per GPU than the record).  Setting priors carry
-their smallest distance: the search checks a belief transferred from elsewhere (distance > 0) by a paired toggle
-(``controller/search/refine.py: transfer_check``).
+their smallest distance: a search stalled on an incumbent from experience measured elsewhere (distance > 0) sweeps
+the levers retrieval could not cover (``controller/search/refine.py``).
 
 **Coverage grades** (:func:`knob_grades`, printed and frozen by ``doctor``): ``covered`` (a covered effect),
 ``partial`` (only partial-scope effects), ``null`` (no effect, but compatible observations ran a non-reference

@@ -133,7 +133,9 @@ class SearchController:
         self.ledger.risk = lambda st: float(self.prior_mu[self.fmap.index[st]]) if st in self.fmap.index else 0.0
         nv = max(self.sigma, float(self.tune["model_noise_floor"])) ** 2
         self.time = TimeModel(self.fmap, self.prior_mu, self.prior_sd, nv, float(self.tune["pair_prior_sd"]),
-                              float(self.tune["sigma_min"]))
+                              float(self.tune["sigma_min"]),
+                              unsigned={self.fmap.index[s]: g for s, g in self.sign_unknown.items()
+                                        if s in self.fmap.index})
         mem_priors = {(r["knob"], r["value"]): (float(r["mem_gib"]), float(r.get("mem_sd") or 0.0))
                       for r in self.experience if "knob" in r and r.get("mem_gib") is not None}
         self.mem = MemoryModel(space, self.fmap, self.capacity, self.tune["reference_peak_mem_gib"], mem_priors)

@@ -40,8 +40,12 @@ class TimeModel:
     """Refits :class:`BayesLinearTimeModel` on all ok trials (features may grow with enabling pairs)."""
 
     def __init__(self, fmap: FeatureMap, prior_mu: np.ndarray, prior_sd: np.ndarray, noise_var: float,
-                 pair_prior_sd: float, sigma_min: float):
+                 pair_prior_sd: float, sigma_min: float, unsigned: Mapping[int, float] | None = None):
+        """``unsigned``: feature index -> the |log-speedup| that setting was measured at elsewhere, its sign
+        unknown here (``SearchController.sign_unknown``).  Empirical prior revision never makes such a setting
+        surer than that before this campaign measures it (see :meth:`refit`)."""
         self.fmap = fmap
+        self.unsigned = dict(unsigned or {})
         self.prior_mu = prior_mu
         self.prior_sd = prior_sd
         self.noise_var = noise_var
@@ -64,6 +68,27 @@ class TimeModel:
         self.model = m.fit(X, y) if len(y) else m
         if self.revise and len(y):
             self.revision = m.revise_prior(min_informed=3)  # empirical-Bayes revision, re-solved in place
+            self._keep_unsigned(m, X)
+
+    def _keep_unsigned(self, m: BayesLinearTimeModel, X: np.ndarray) -> None:
+        """Undo the revision's certainty about a sign-unknown setting this campaign has not measured.
+
+        The revision moves every prior level onto a calibration line fitted to the measured settings and sets
+        its spread to their residual spread.  A setting with no stated prior sits at the line's intercept with
+        that spread: after a few trials of other levers, often a confident small loss (-0.05 +- 0.03), so the
+        search stops proposing a lever another GPU measured at |0.05| or more, whose sign is the one thing it
+        does not know.  Until a trial holds it, a revision that made such a setting surer than that magnitude
+        is undone for it: it keeps its stated prior level, with the magnitude as its spread."""
+        if not self.unsigned or self.revision is None or not self.revision.revised:
+            return
+        held = X[:, : len(self.prior_mu)].any(axis=0) if len(X) else np.zeros(len(self.prior_mu), dtype=bool)
+        mean, sd = np.array(self.revision.mean, dtype=float), np.array(self.revision.sd, dtype=float)
+        changed = False
+        for i, g in self.unsigned.items():
+            if i < len(self.prior_mu) and not held[i] and sd[i] < g:
+                mean[i], sd[i], changed = self.prior_mu[i], g, True
+        if changed:
+            m.set_prior(mean, sd * sd)
 
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         assert self.model is not None

@@ -4,8 +4,7 @@
 filters each through ``admissible`` (visited, tabu, bans, legality, memory
 partners) and keeps the first admissible one per slot (the controller fills
 slots one at a time, each with the busy set: running, pending and this batch's
-earlier slots).  Operators, in order: the three starts; with experience, the
-transfer check of a belief measured elsewhere (:func:`refine.transfer_check`);
+earlier slots).  Operators, in order: the three starts;
 queued follow-ups derived from tells (bundle completion, conflict
 backtracking and migration, ordered-axis extrapolation, conflict reverts);
 one contrarian probe (with experience also a probe of a lever whose sign did
@@ -377,7 +376,6 @@ def propose(view: SearchView, rng: np.random.Generator, taken: set[Candidate],
     """
     # the starts; with busy starts, their hedges and the contrarian probe between them
     yield from batch.starts_and_hedges(view, busy, lambda: contrarian(view, busy))
-    yield from refine.transfer_check(view, busy)
     queue = view.queue
     order = sorted(range(len(queue)), key=lambda i: (PRIORITY.get(queue[i][0], 2), -i))
     busy_followups = [b for b in busy if view.followup_tag(b) is not None]

@@ -4,7 +4,7 @@ A search given retrieved experience from another GPU starts close to the target'
 kernel settings are in its first start, and what is left are the levers only the target can show, the knobs the
 bank could not grade ``covered`` here (balance mechanisms and FP8 measured on another SKU, whose sign may flip;
 knobs no record mentions).  Before this module the search treated such a start like any other incumbent: the
-deliberate probes after it (the transfer check, the contrarian probe) do not improve on it, so after
+deliberate probes after it (the contrarian probe, and until session 15 a transfer check) do not improve on it, so after
 ``stall_trials`` of them it went into escape mode, whose warm restarts and trust-region escapes change up to
 three big knobs at once (dropping covered kernel settings, adding TP/FP8) before the one missing lever was ever
 tried on its own (seed-by-seed traces: ``bench/RESULTS.md``, "Experience transfer: the search side").
@@ -21,9 +21,6 @@ feasible moves whose two-sigma upside clears the incumbent by the gate.  Each un
 it has been measured apart once, so the sweep is bounded by their number; when a move improves the incumbent the
 sweep continues from the new one.  Once nothing is left, the escape runs as before.
 
-:func:`transfer_check` (run by ``proposals.propose`` right after the starts) checks a belief measured elsewhere
-that steered the search into its incumbent by one paired toggle.
-
 Inert without transferred experience (:func:`active`): a cold search (and retrieval mode ``all``, which grades
 every record ``covered`` at distance 0) never yields from it, so its proposals are unchanged.  Pure in the view
 (history, models, busy set); nothing here mutates.
@@ -35,9 +32,8 @@ from typing import Iterator
 
 import numpy as np
 
-from infrarsi.controller.search.models import log_speedup
 from infrarsi.controller.search.moves import complete_bundle, with_setting
-from infrarsi.controller.search.space import PATCH, Candidate, Setting, settings_key
+from infrarsi.controller.search.space import Candidate, Setting
 from infrarsi.controller.search.view import SearchView
 
 
@@ -126,44 +122,4 @@ def refine_sweep(view: SearchView, busy: set[Candidate]) -> Iterator[tuple[str, 
         yield "refine", Candidate(cands[i].config, inc.patches)
 
 
-def apart_effect(view: SearchView, s: Setting) -> float | None:
-    """Mean paired log-speedup of setting ``s`` over pairs of ok trials that differ in exactly ``s`` (the reference
-    run counts as a trial at 0), None when it was never measured apart here."""
-    ok = [(c.settings(view.space), log_speedup(view.t0, o.step_time_s)) for c, o in view.history
-          if o.status == "ok"] + [(frozenset(), 0.0)]
-    diffs = [yx - yy for x, yx in ok if s in x for y, yy in ok if s not in y and x - {s} == y]
-    return float(np.mean(diffs)) if diffs else None
-
-
-def transfer_check(view: SearchView, busy: set[Candidate] = frozenset()) -> Iterator[tuple[str, Candidate]]:
-    """Check a transferred belief: the incumbent without one of its settings whose prior came from experience
-    measured elsewhere (distance > 0), says it helps by at least the gate and was not yet measured apart here;
-    the largest prior first.
-
-    Retrieved experience only sets priors; this makes the target's own paired observation govern the beliefs
-    that steered the search into its incumbent (an effect that flipped sign between GPU generations is caught
-    at once).  Checks go on only while they refute: once such a belief holds (its paired effect here is at least
-    half its prior), the smaller ones are trusted.  Beliefs that a setting hurts are probed by the contrarian
-    operator instead.  One proposal per ask."""
-    helps = {st: p for st, p in view.transferred.items() if p >= view.gate and st[0] != PATCH}
-    if not helps or view.incumbent.is_reference(view.space):
-        return
-    for st, prior in helps.items():
-        got = apart_effect(view, st)
-        if got is not None and got >= 0.5 * prior:
-            return
-    inc = view.incumbent
-    picks = []
-    for st in inc.settings(view.space):
-        if st not in helps or apart_effect(view, st) is not None:
-            continue
-        cand = inc.with_values({st[0]: view.space.knob(st[0]).reference})
-        if view.is_told(cand) or view.is_outstanding(cand) or cand in busy or cand.is_reference(view.space):
-            continue
-        picks.append((-helps[st], settings_key(st), cand))
-    for _, _, cand in sorted(picks, key=lambda t: (t[0], t[1]))[:1]:
-        yield "transfer-check", cand
-
-
-__all__ = ["active", "apart_effect", "covered_knobs", "experience_start", "measured_apart", "refine_sweep",
-           "transfer_check"]
+__all__ = ["active", "covered_knobs", "experience_start", "measured_apart", "refine_sweep"]

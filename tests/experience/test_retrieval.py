@@ -184,7 +184,7 @@ def test_conflicts_transfer_by_scope_and_memory() -> None:
 
 def test_search_experience_drives_the_controller() -> None:
     """The records reach SearchController: the first start is the experience start, priors move, the conflict
-    is known, and a transferred belief is what the transfer check toggles."""
+    is known, and a belief measured elsewhere is marked transferred (the contrarian probe reads it)."""
     import numpy as np
 
     from infrarsi.controller.search.controller import SearchController

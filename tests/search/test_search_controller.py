@@ -532,3 +532,44 @@ def test_a_probe_of_a_setting_brings_the_partner_the_ledger_found_it_needs():
     # a partner that would complete a banned tuple stays out (the probe is then refused, as before)
     c.ledger.banned.append(((("distopt", True)), ("mb", 2)))
     assert moves.with_setting(c.view, base, G).as_dict()["distopt"] is False
+
+
+def test_prior_revision_leaves_a_sign_unknown_lever_unsure_until_it_is_measured():
+    """NeoX 20B H100 -> H20 (seed 24): after two crashes the empirical prior revision fitted a calibration line
+    to three measured kernel levers and set every unrated setting to its intercept with their residual spread,
+    FP8 at -0.055 +- 0.028.  FP8 had mattered on the H100 (|0.05|, sign withheld: it flips on the H20) and is
+    the H20's biggest lever, yet no proposal could clear the incumbent with it and the search escaped into
+    moves that dropped covered kernel settings.  Until a trial holds such a setting, the revision now keeps its
+    stated prior level and at least the magnitude measured elsewhere as its spread.  Control: the same campaign
+    with no record of FP8 ends with FP8 as sure as the line makes it."""
+    space = SearchSpace((KnobSpec("fp8", (False, True), False),
+                         KnobSpec("flash", (False, True), False, prior_mean={True: 0.03}),
+                         KnobSpec("fused", (False, True), False, prior_mean={True: 0.01}),
+                         KnobSpec("mbs", (1, 2, 4), 1, ordered=True),
+                         KnobSpec("sp", (False, True), False)))
+    base = [{"knob": "flash", "value": True, "log_speedup": 0.08, "prior_sd": 0.03, "distance": 1.0},
+            {"knob": "mbs", "value": 4, "log_speedup": 0.06, "prior_sd": 0.03, "distance": 1.0}]
+    fp8 = {"knob": "fp8", "value": True, "unsigned_gain": 0.05, "records": 1, "coverage": "partial",
+           "distance": 1.0}
+
+    def campaign(experience: list[dict]) -> SearchController:
+        c = SearchController(space, make_noise(), 1.0, 80.0, seed=0, experience=experience)
+        c.tell(c.reference.with_values({"flash": True, "fused": True, "mbs": 4}), ok(0.16))
+        c.tell(c.reference.with_values({"flash": True, "fused": True, "mbs": 2}), ok(0.14))
+        c.tell(c.reference.with_values({"sp": True, "mbs": 4}), _crash())
+        c.tell(c.reference.with_values({"sp": True}), _crash())
+        c.tell(c.reference.with_values({"flash": True, "mbs": 4}), ok(0.08))
+        return c
+
+    sure = campaign(base)
+    assert sure.time.revision is not None and sure.time.revision.revised
+    _, mean, sd = sure.single_effects()[("fp8", True)]
+    assert sd < 0.05, (mean, sd)  # the control: the revision alone makes FP8 surer than anything measured it
+    kept = campaign(base + [fp8])
+    assert kept.time.revision is not None and kept.time.revision.revised
+    _, mean, sd = kept.single_effects()[("fp8", True)]
+    assert mean == pytest.approx(0.0, abs=1e-6) and sd >= 0.05 - 1e-6, (mean, sd)
+    # once a trial holds FP8, the measurement governs
+    kept.tell(kept.reference.with_values({"flash": True, "fused": True, "mbs": 4, "fp8": True}), ok(0.30))
+    _, mean, _ = kept.single_effects()[("fp8", True)]
+    assert mean > 0.05
