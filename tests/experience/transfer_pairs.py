@@ -36,3 +36,13 @@ def check_pair(path_a: Path, path_b: Path, *, knobs: int, skus: tuple[str, str],
         return lands[side].module.SPEED[(k.name, k.value_for(canonical))]
 
     return a, b, effect
+
+
+def status_of(land: Any, **canon: str) -> str:
+    """The landscape's outcome status ("ok", "crash", "oom", ...) of its reference with each named mechanism set to
+    the given canonical value (through that landscape's own flag names)."""
+    by = {k.mechanism: k for k in landscape_knobs(land)}
+    cfg = {k["name"]: k["reference"] for k in land.module.KNOBS}
+    for mech, value in canon.items():
+        cfg[by[mech].name] = by[mech].value_for(value)
+    return land.module.evaluate(cfg, [], None)["status"]
