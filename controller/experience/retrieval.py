@@ -27,8 +27,7 @@ as a noisy measurement of that setting's effect here, with variance ``noise_floo
 default SD) into the setting's prior mean and SD.  Records therefore only move priors: target observations
 always govern the posterior.  The same weighting gives the per-setting memory priors (GiB) from effects that
 measured a memory delta.  The best observation of the best-ranked source campaign drives the first of the three
-starts (settings of mechanisms the record does not cover stay at the reference; in ``filtered`` also settings the
-bank holds no covered, helping effect of), and minimal conflict tuples of covered observations become known
+starts (:mod:`.start`), and minimal conflict tuples of covered observations become known
 conflicts (an OOM conflict only when the target has no more memory per GPU than the record).  Setting priors carry
 their smallest distance: a search stalled on an incumbent from experience measured elsewhere (distance > 0) sweeps
 the levers retrieval could not cover (``controller/search/refine.py``).
@@ -404,60 +403,6 @@ def _obs_scope(o: Observation, env: Environment | None, target: Environment, mod
     return scope(env, target, mechanism_class(mechanism), None if software else mechanism)
 
 
-def first_start(observations: Iterable[Observation], environments: Mapping[str, Environment],
-                target: Environment, knobs: Sequence[TargetKnob], mode: Mode = "filtered",
-                evidence: Mapping[tuple[str, Any], float] | None = None) -> dict[str, Any] | None:
-    """The experience start: ``{"config": {knob: value}, "speedup": x, "campaign": label}`` or None.
-
-    Source campaigns are ranked by their environment (framework-compatible only in ``filtered``: covered for
-    kernel mechanisms first, then distance); the fastest accepted observation of the best one is mapped onto the
-    target's knobs, each mechanism only where the record covers it (``all``: every mechanism), others at the
-    reference.  With ``evidence`` ((knob, value) -> retrieved prior mean, ``filtered`` only) a setting is also
-    kept only when the bank holds a covered effect of it that helps: a setting that merely rode along in the
-    best observation (never measured apart) is not carried to other hardware.  ``speedup`` is against that
-    campaign's reference observation when it has one, else 1.
-    """
-    by_campaign: dict[str, list[Observation]] = {}
-    for o in observations:
-        by_campaign.setdefault(o.campaign, []).append(o)
-    ranked = []
-    for camp, obs in by_campaign.items():
-        env = environments.get(obs[0].environment)
-        if mode == "filtered":
-            if env is None or scope(env, target, "kernel") == "incompatible":
-                continue
-            key = (-COVERAGE_RANK[scope(env, target, "kernel")], distance(env, target), camp)
-        else:
-            key = (0, 0.0, camp)
-        ok = [o for o in obs if _obs_ok(o)]
-        if ok:
-            ranked.append((key, camp, env, ok))
-    if not ranked:
-        return None
-    ranked.sort(key=lambda t: t[0])
-    _, camp, env, ok = ranked[0]
-    best = min(ok, key=lambda o: (o.step_time_s, o.trial))
-    config: dict[str, Any] = {}
-    for k in knobs:
-        value = k.reference
-        if k.mechanism and k.mechanism in best.canonical and \
-                _obs_scope(best, env, target, mode, k.mechanism) == "covered":
-            v = k.value_for(str(best.canonical[k.mechanism]))
-            value = k.reference if v is None else v
-        if mode == "filtered" and evidence is not None and value != k.reference and \
-                evidence.get((k.name, value), 0.0) <= 0.0:
-            value = k.reference
-        config[k.name] = value
-    if all(config[k.name] == k.reference for k in knobs):
-        return None
-    # reference runs: every mechanism they name at the environment's reference state
-    refs = sorted(float(o.step_time_s) for o in ok if o is not best and env is not None and o.canonical and all(
-        m in env.reference_state and str(env.reference_state[m]) == str(v) for m, v in o.canonical.items()))
-    ref_time = refs[len(refs) // 2] if refs else None
-    speedup = float(ref_time / best.step_time_s) if ref_time else 1.0
-    return {"config": config, "speedup": speedup, "campaign": camp}
-
-
 def passed(o: Observation) -> bool:
     """Whether an observation ran to the end (a step time) without a failed outcome: a passing run."""
     return o.step_time_s is not None and str(o.verdicts.get("outcome", "ok")) == "ok"
@@ -575,6 +520,8 @@ def search_experience(effects: Iterable[Effect], observations: Iterable[Observat
     priors = setting_priors(got, base or {}, default_sd)
     evidence = {(p["knob"], p["value"]): p["log_speedup"] for p in priors
                 if p["coverage"] == "covered" and "log_speedup" in p}
+    from infrarsi.controller.experience.start import first_start  # it builds on this module's scope
+
     start = first_start(observations, environments, target, knobs, mode, evidence)
     if start is not None:
         records.append(start)
@@ -588,5 +535,5 @@ def search_experience(effects: Iterable[Effect], observations: Iterable[Observat
 
 __all__ = ["Coverage", "Grade", "Mode", "MODES", "TargetKnob", "target_knob", "target_knobs", "reference_state",
            "seq_bucket", "param_bucket", "scope", "passed", "target_setting", "nonref_settings", "sign_transfers", "distance", "Retrieved",
-           "retrieve", "knob_grades", "record_sd", "combine", "setting_priors", "first_start", "conflicts",
+           "retrieve", "knob_grades", "record_sd", "combine", "setting_priors", "conflicts",
            "search_experience"]

@@ -62,6 +62,40 @@ def best_saver(view: SearchView, cand: Candidate) -> Setting | None:
     return opts[0][0] if opts else None
 
 
+def savers_for(view: SearchView, cand: Candidate, need_gib: float) -> Candidate:
+    """``cand`` with reference-held savers added until their estimated savings reach ``need_gib``.
+
+    Each round considers the savers whose posterior speed coefficient is within half a gate of the best one.
+    Of those that cover the remaining need alone, each knob offers its value nearest the reference (TP2 before
+    TP4: the smaller step from what was measured), and the one saving the most is taken; when none covers it
+    alone, the one saving the most.  Unchanged when ``need_gib <= 0`` or no saver is left."""
+    used: set[str] = set()
+    for _ in range(4):
+        if need_gib <= 0:
+            break
+        opts = saver_options(view, cand, used)
+        if not opts:
+            break
+        top = opts[0][2]
+        near = [o for o in opts if o[2] >= top - view.gate / 2]
+        enough = [o for o in near if o[1] >= need_gib]
+        if enough:
+            step = {o[0]: _steps_from_reference(view, o[0]) for o in enough}
+            nearest = {k: min(step[o[0]] for o in enough if o[0][0] == k) for k in {o[0][0] for o in enough}}
+            near = [o for o in enough if step[o[0]] == nearest[o[0][0]]]
+        s, saved, _ = max(near, key=lambda o: (o[1], settings_key(o[0])))
+        used.add(s[0])
+        cand = cand.with_values({s[0]: s[1]})
+        need_gib -= saved
+    return cand
+
+
+def _steps_from_reference(view: SearchView, s: Setting) -> int:
+    """How many values an ordered knob's setting lies from its reference (1 for any setting of an unordered one)."""
+    k = view.space.knob(s[0])
+    return abs(k.values.index(s[1]) - k.values.index(k.reference)) if k.ordered else 1
+
+
 def complete_bundle(view: SearchView, cand: Candidate, skip: set[Setting]) -> tuple[Candidate, Setting | None]:
     """Add reference-held savers (fastest first) until the memory model predicts a fit."""
     first = None

@@ -38,13 +38,18 @@ import numpy as np
 
 from infrarsi.controller.search import batch, refine
 from infrarsi.controller.search.models import stable
-from infrarsi.controller.search.moves import best_saver, complete_bundle, legal_unblocked
+from infrarsi.controller.search.moves import best_saver, complete_bundle, legal_unblocked, savers_for
 from infrarsi.controller.search.probes import contrarian, probed, tried
 from infrarsi.controller.search.space import PATCH, Candidate, Outcome, Setting, settings_key
 from infrarsi.controller.search.view import FollowUps, SearchView, view_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from infrarsi.controller.search.controller import SearchController
+
+
+#: the share of capacity an experience start's measured bundle memory (reference peak plus the bundle's delta)
+#: may fill before savers are added to it
+START_MEM_SHARE = 0.95
 
 
 class Pool:
@@ -136,7 +141,14 @@ def initial_starts(view: SearchView) -> list[Candidate]:
             v = best["config"].get(k.name, k.reference)
             d[k.name] = v if v in k.values else k.reference
         cand = Candidate.from_dict(d)
-        if float(view.predict([cand])[2][0]) < 0.5:  # measured elsewhere, maybe with more memory: add a saver
+        ref_mem = view.tune["reference_peak_mem_gib"]
+        if "mem_delta_gib" in best and ref_mem is not None:
+            # the bundle's memory was measured as a whole: it decides, not the additive model
+            kept = float(best["mem_delta_gib"]) - sum(view.mem_delta((k, v)) for k, v in best.get("mem_dropped", ())
+                                                     if (k, v) in view.fmap.index)
+            need = float(ref_mem) + kept - START_MEM_SHARE * view.capacity
+            cand = savers_for(view, cand, need)
+        elif float(view.predict([cand])[2][0]) < 0.5:  # measured elsewhere, maybe with more memory: add a saver
             saver = best_saver(view, cand)
             if saver is not None:
                 cand = cand.with_values({saver[0]: saver[1]})

@@ -94,6 +94,11 @@ class SearchView:
         return self._c.gate
 
     @property
+    def capacity(self) -> float:
+        """Per-GPU memory capacity (GiB)."""
+        return self._c.capacity
+
+    @property
     def tune(self) -> Mapping[str, Any]:
         """The tuning constants (:data:`DEFAULT_TUNING` with overrides), read-only."""
         return types.MappingProxyType(self._c.tune)

@@ -8,8 +8,9 @@ import pytest
 
 from infrarsi.controller.experience.records import Effect, Environment, Observation
 from infrarsi.controller.experience.retrieval import (
-    conflicts, distance, first_start, knob_grades, param_bucket, record_sd, retrieve, scope, search_experience,
+    conflicts, distance, knob_grades, param_bucket, record_sd, retrieve, scope, search_experience,
     seq_bucket, setting_priors, target_knobs)
+from infrarsi.controller.experience.start import first_start
 
 REF_STATE = {"graph_compile": "off", "tensor_parallel": "1", "attention_kernel": "sdpa", "micro_batch": "1"}
 H20 = Environment(gpu_sku="H20", gpu_mem_gib=96.0, gpus_per_node=8, nodes=1, interconnect="nvlink",
@@ -144,10 +145,10 @@ def test_priors_shrink_with_distance_and_partial_scope() -> None:
 
 
 def _obs(trial: str, canonical: dict[str, str], t: float | None, env: Environment = H20, outcome: str = "ok",
-         conflicts: tuple = (), shortfall: float | None = None) -> Observation:
+         conflicts: tuple = (), shortfall: float | None = None, mem: float | None = None) -> Observation:
     return Observation(environment=env.digest(), campaign="src#1", trial=trial, config={}, canonical=canonical,
                        step_time_s=t, verdicts={"outcome": outcome}, conflicts=conflicts,
-                       oom_shortfall_gib=shortfall)
+                       oom_shortfall_gib=shortfall, peak_mem_gib=mem)
 
 
 def test_first_start_maps_covered_settings_only() -> None:
@@ -162,6 +163,24 @@ def test_first_start_maps_covered_settings_only() -> None:
                     "campaign": "src#1"}
     assert first_start(obs, envs, H200, KNOBS, "all")["config"]["tp"] == 4
     assert first_start(obs, {}, H200, KNOBS, "filtered") is None  # unknown environment: nothing to trust
+
+
+def test_first_start_carries_its_bundle_memory_and_the_settings_it_left_out() -> None:
+    """The best observation's peak above the reference's, measured as one bundle (micro-batch and activation
+    memory do not add up), with the target settings the start drops so the search can take their estimates
+    back out; nothing when a setting of the bundle has no knob here (its memory could not be taken out)."""
+    best = {"graph_compile": "on", "tensor_parallel": "4", "attention_kernel": "flash", "micro_batch": "8"}
+    obs = [_obs("ref", REF_STATE, 2.0, mem=40.0), _obs("best", best, 1.0, mem=75.0)]
+    envs = {H20.digest(): H20}
+    got = first_start(obs, envs, H200, KNOBS, "filtered")
+    assert got["config"]["tp"] == 1  # balance from another SKU: left at the reference
+    assert got["mem_delta_gib"] == pytest.approx(35.0) and got["mem_dropped"] == [["tp", 4]]
+    whole = first_start(obs, envs, H200, KNOBS, "all")
+    assert whole["mem_delta_gib"] == pytest.approx(35.0) and whole["mem_dropped"] == []
+    alien = [_obs("ref", REF_STATE, 2.0, mem=40.0), _obs("best", best | {"zero_stage": "3"}, 1.0, mem=75.0)]
+    assert "mem_delta_gib" not in first_start(alien, envs, H200, KNOBS, "filtered")
+    assert "mem_delta_gib" not in first_start([_obs("ref", REF_STATE, 2.0), _obs("best", best, 1.0, mem=75.0)],
+                                              envs, H200, KNOBS, "filtered")  # no reference peak
 
 
 def test_conflicts_transfer_by_scope_and_memory() -> None:

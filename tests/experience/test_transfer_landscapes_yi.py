@@ -27,3 +27,27 @@ def test_yi_pair_loads_with_renamed_flags_sign_flips_and_shared_crashes() -> Non
     big = {"micro_batch": "2", "activation_checkpointing": "off", "attention_kernel": "flash"}
     assert status_of(a, **big) == "oom" and status_of(b, **big) == "ok"
     assert status_of(a, tensor_parallel="2", **big) == "ok"
+
+
+def test_the_experience_start_from_the_h200_fits_the_h20() -> None:
+    """The H200 campaign's best runs micro-batch 2 without checkpointing (104 GiB with flash attention and
+    compile: fine in 141, not in 96).  Its per-setting memory priors add up to a fit; the bundle's measured peak
+    does not, so the H20's filtered experience start adds the nearest tensor-parallel saver (TP2) and runs.
+    Before the bundle memory was carried, this start ran out of memory (seed 3) or took TP4, which crashes with
+    compile (seed 2)."""
+    from infrarsi.controller.experience.transfer import source_experience
+    from infrarsi.controller.search.controller import SearchController
+    from infrarsi.controller.search.landscape import load_landscape
+    from tests.search.conftest import make_noise
+
+    src, tgt = load_landscape(Y200), load_landscape(Y20)
+    for seed in (2, 3):
+        exp, _ = source_experience(src, tgt, seed, 30, ("bank-filtered",))["bank-filtered"]
+        (start,) = [r for r in exp if "config" in r]
+        assert start["mem_delta_gib"] > tgt.capacity_gib - 42.0  # the bundle, as measured, does not fit here
+        c = SearchController(tgt.space, make_noise(0.01), 9.0, tgt.capacity_gib, seed=seed, experience=exp,
+                             reference_peak_mem_gib=42.0)
+        first = c.starts[0].as_dict()
+        assert first["micro_batch_size"] == 2 and first["recompute_granularity"] == "none"
+        assert first["tensor_model_parallel_size"] == 2
+        assert tgt.module.evaluate(first, [], None)["status"] == "ok"

@@ -573,3 +573,23 @@ def test_prior_revision_leaves_a_sign_unknown_lever_unsure_until_it_is_measured(
     kept.tell(kept.reference.with_values({"flash": True, "fused": True, "mbs": 4, "fp8": True}), ok(0.30))
     _, mean, _ = kept.single_effects()[("fp8", True)]
     assert mean > 0.05
+
+
+@pytest.mark.parametrize("mbs_prior, bundle, saver", [(5.0, 45.0, 2), (45.0, 20.0, 1)])
+def test_the_experience_start_fits_by_its_measured_bundle_memory_not_the_additive_model(mbs_prior, bundle, saver):
+    """The start's bundle was measured as a whole elsewhere (``mem_delta_gib``); micro-batch times activation
+    memory is not additive, so the bundle decides whether a saver is needed: 40 + 45 GiB over 95% of 80 takes the
+    surest saver that covers the 9 GiB shortfall (TP2, not TP4 whose sign elsewhere swung by more), while a
+    bundle measured at 40 + 20 runs as measured although the per-setting priors add up to an OOM."""
+    space = SearchSpace((
+        KnobSpec("compile", (False, True), False, prior_mean={True: 0.10}),
+        KnobSpec("mbs", (1, 2), 1, ordered=True, prior_mean={2: 0.03}, mem_prior_gib={2: mbs_prior}),
+        KnobSpec("tp", (1, 2, 4), 1, ordered=True, mem_prior_gib={2: -20.0, 4: -30.0}),
+    ), ())
+    # the source's best also ran TP4 (30 GiB saved there), which the start leaves out: its estimate is added back
+    exp = [{"config": {"compile": True, "mbs": 2, "tp": 1}, "speedup": 1.3, "mem_delta_gib": bundle - 30.0,
+            "mem_dropped": [["tp", 4]]},
+           {"knob": "tp", "value": 4, "unsigned_gain": 0.10, "mem_gib": -30.0, "mem_sd": 2.0},
+           {"knob": "tp", "value": 2, "unsigned_gain": 0.03, "mem_gib": -20.0, "mem_sd": 2.0}]
+    c = SearchController(space, make_noise(), 1.0, 80.0, seed=0, experience=exp, reference_peak_mem_gib=40.0)
+    assert c.starts[0].as_dict() == {"compile": True, "mbs": 2, "tp": saver}
