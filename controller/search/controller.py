@@ -79,7 +79,8 @@ class SearchController:
         capacity_gib: per-GPU memory capacity.
         seed: seeds every random choice (with the tell/outstanding counts).
         experience: records from the experience bank: ``{"config": {...}, "speedup": x}`` (drives the
-            first start), ``{"knob", "value", "log_speedup"}`` (sets that setting's prior mean; with
+            first start; with ``"mem_delta_gib"``/``"mem_dropped"`` the memory that start's bundle was measured
+            to take elsewhere, see :mod:`infrarsi.controller.experience.start`), ``{"knob", "value", "log_speedup"}`` (sets that setting's prior mean; with
             ``"prior_sd"`` it is a retrieved prior, mean and SD as given, see
             :mod:`infrarsi.controller.experience.retrieval`; with ``"mem_gib"``/``"mem_sd"`` it also sets the
             memory model's prior delta of that setting), ``{"conflict": [[knob, value], ...]}`` (a known
@@ -277,10 +278,14 @@ class SearchController:
         return None
 
     def active_suspects(self) -> list[tuple[Setting, ...]]:
-        """The suspected conflicts (``{"suspect": ...}`` experience) admission still avoids (see :meth:`_suspected`)."""
-        return [t for t in self.ledger.suspected
-                if not any(set(b) & set(t) and set(b) != set(t) for b in self.ledger.banned)
-                and not any(set(t) <= p for p in self.ledger.passing)]
+        """The suspected conflicts (``{"suspect": ...}`` experience) admission still avoids (see :meth:`_suspected`).
+
+        Cached until the next tell (``SearchView.per_tell``): the ledger changes only there, and admission asks
+        for every proposed candidate."""
+        return self.view.per_tell("active_suspects", lambda: [
+            t for t in self.ledger.suspected
+            if not any(set(b) & set(t) and set(b) != set(t) for b in self.ledger.banned)
+            and not any(set(t) <= p for p in self.ledger.passing)])
 
     def _second_near_copy(self, cand: Candidate, taken: set[Candidate]) -> str | None:
         """Why ``cand`` would be a second busy near copy of a crash whose cause is open, else None.

@@ -68,12 +68,14 @@ def savers_for(view: SearchView, cand: Candidate, need_gib: float) -> Candidate:
     Each round considers the savers whose posterior speed coefficient is within half a gate of the best one.
     Of those that cover the remaining need alone, each knob offers its value nearest the reference (TP2 before
     TP4: the smaller step from what was measured), and the one saving the most is taken; when none covers it
-    alone, the one saving the most.  Unchanged when ``need_gib <= 0`` or no saver is left."""
+    alone, the one saving the most.  A saver the failure ledger (or a known conflict) blocks beside ``cand`` is
+    never taken.  Unchanged when ``need_gib <= 0`` or no saver is left."""
     used: set[str] = set()
     for _ in range(4):
         if need_gib <= 0:
             break
-        opts = saver_options(view, cand, used)
+        opts = [o for o in saver_options(view, cand, used)
+                if view.blocked(cand.with_values({o[0][0]: o[0][1]}).settings(view.space)) is None]
         if not opts:
             break
         top = opts[0][2]

@@ -141,12 +141,8 @@ def initial_starts(view: SearchView) -> list[Candidate]:
             v = best["config"].get(k.name, k.reference)
             d[k.name] = v if v in k.values else k.reference
         cand = Candidate.from_dict(d)
-        ref_mem = view.tune["reference_peak_mem_gib"]
-        if "mem_delta_gib" in best and ref_mem is not None:
-            # the bundle's memory was measured as a whole: it decides, not the additive model
-            kept = float(best["mem_delta_gib"]) - sum(view.mem_delta((k, v)) for k, v in best.get("mem_dropped", ())
-                                                     if (k, v) in view.fmap.index)
-            need = float(ref_mem) + kept - START_MEM_SHARE * view.capacity
+        need = _bundle_shortfall(view, best)
+        if need > 0:  # the bundle, as measured elsewhere, would not fit here (the additive model may miss it)
             cand = savers_for(view, cand, need)
         elif float(view.predict([cand])[2][0]) < 0.5:  # measured elsewhere, maybe with more memory: add a saver
             saver = best_saver(view, cand)
@@ -177,6 +173,22 @@ def initial_starts(view: SearchView) -> list[Candidate]:
             starts.append(cand)
             break
     return starts
+
+
+def _bundle_shortfall(view: SearchView, start: dict) -> float:
+    """GiB by which an experience start's bundle, at its measured memory, overshoots :data:`START_MEM_SHARE` of
+    this capacity: the reference peak here plus the record's ``mem_delta_gib`` minus this model's estimates of the
+    settings the start left out (``mem_dropped``); 0 when the record or the reference peak is unknown.
+
+    It can only add savers: where it predicts a fit and the additive model an OOM, the additive model still
+    decides, since the estimates of dropped settings are additive too (a dropped TP2 with micro-batch 4 saves
+    more than its prior says)."""
+    ref_mem = view.tune["reference_peak_mem_gib"]
+    if "mem_delta_gib" not in start or ref_mem is None:
+        return 0.0
+    kept = float(start["mem_delta_gib"]) - sum(view.mem_delta((k, v)) for k, v in start.get("mem_dropped", ())
+                                               if (k, v) in view.fmap.index)
+    return max(0.0, float(ref_mem) + kept - START_MEM_SHARE * view.capacity)
 
 
 def on_oom(view: SearchView, followups: FollowUps, cand: Candidate, outcome: Outcome, prev_pred: float) -> None:

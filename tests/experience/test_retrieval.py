@@ -329,6 +329,5 @@ def test_a_suspect_is_avoided_until_the_target_explains_a_crash_of_its_settings_
     assert "suspected conflict" in (ctrl.admissible(both, set()) or "")
     assert ctrl.admissible(Candidate.from_dict({"fp8": True, "grouped": False, "compile": True}), set()) is None
     # the target finds FP8's own crash partner (compile): the suspect's crash is explained, the pair may run
-    ctrl.ledger.record(frozenset({("fp8", True), ("compile", True)}), Outcome("crash", reason="boom"),
-                       lambda s: 0.0)
+    ctrl.tell(Candidate.from_dict({"fp8": True, "grouped": False, "compile": True}), Outcome("crash", reason="boom"))
     assert ctrl.admissible(both, set()) is None

@@ -575,15 +575,15 @@ def test_prior_revision_leaves_a_sign_unknown_lever_unsure_until_it_is_measured(
     assert mean > 0.05
 
 
-@pytest.mark.parametrize("mbs_prior, bundle, saver", [(5.0, 45.0, 2), (45.0, 20.0, 1)])
-def test_the_experience_start_fits_by_its_measured_bundle_memory_not_the_additive_model(mbs_prior, bundle, saver):
+@pytest.mark.parametrize("bundle, saver", [(45.0, 2), (30.0, 1)])
+def test_the_experience_start_fits_by_its_measured_bundle_memory_not_the_additive_model(bundle, saver):
     """The start's bundle was measured as a whole elsewhere (``mem_delta_gib``); micro-batch times activation
-    memory is not additive, so the bundle decides whether a saver is needed: 40 + 45 GiB over 95% of 80 takes the
-    surest saver that covers the 9 GiB shortfall (TP2, not TP4 whose sign elsewhere swung by more), while a
-    bundle measured at 40 + 20 runs as measured although the per-setting priors add up to an OOM."""
+    memory is not additive, so the per-setting priors (40 + 5 GiB) say it fits.  Measured at 40 + 45 GiB, over 95%
+    of 80, it takes a saver that covers the 9 GiB shortfall: TP2, the value nearest the reference, not TP4.
+    Measured at 40 + 30 it runs as it is."""
     space = SearchSpace((
         KnobSpec("compile", (False, True), False, prior_mean={True: 0.10}),
-        KnobSpec("mbs", (1, 2), 1, ordered=True, prior_mean={2: 0.03}, mem_prior_gib={2: mbs_prior}),
+        KnobSpec("mbs", (1, 2), 1, ordered=True, prior_mean={2: 0.03}, mem_prior_gib={2: 5.0}),
         KnobSpec("tp", (1, 2, 4), 1, ordered=True, mem_prior_gib={2: -20.0, 4: -30.0}),
     ), ())
     # the source's best also ran TP4 (30 GiB saved there), which the start leaves out: its estimate is added back
@@ -593,3 +593,18 @@ def test_the_experience_start_fits_by_its_measured_bundle_memory_not_the_additiv
            {"knob": "tp", "value": 2, "unsigned_gain": 0.03, "mem_gib": -20.0, "mem_sd": 2.0}]
     c = SearchController(space, make_noise(), 1.0, 80.0, seed=0, experience=exp, reference_peak_mem_gib=40.0)
     assert c.starts[0].as_dict() == {"compile": True, "mbs": 2, "tp": saver}
+
+
+def test_the_experience_start_never_takes_a_saver_a_known_conflict_blocks():
+    """A start that needs a saver must not take one that a known conflict bans beside it: the start would be
+    dropped as blocked (or run a known crash).  TP2 with compile is known to crash, so TP4 is taken."""
+    space = SearchSpace((
+        KnobSpec("compile", (False, True), False, prior_mean={True: 0.10}),
+        KnobSpec("mbs", (1, 2), 1, ordered=True, prior_mean={2: 0.03}, mem_prior_gib={2: 5.0}),
+        KnobSpec("tp", (1, 2, 4), 1, ordered=True, mem_prior_gib={2: -20.0, 4: -30.0}),
+    ), ())
+    exp = [{"config": {"compile": True, "mbs": 2, "tp": 1}, "speedup": 1.3, "mem_delta_gib": 45.0,
+            "mem_dropped": []},
+           {"conflict": [["compile", True], ["tp", 2]]}]
+    c = SearchController(space, make_noise(), 1.0, 80.0, seed=0, experience=exp, reference_peak_mem_gib=40.0)
+    assert c.starts[0].as_dict() == {"compile": True, "mbs": 2, "tp": 4}
