@@ -520,6 +520,12 @@ def search_experience(effects: Iterable[Effect], observations: Iterable[Observat
     priors = setting_priors(got, base or {}, default_sd)
     evidence = {(p["knob"], p["value"]): p["log_speedup"] for p in priors
                 if p["coverage"] == "covered" and "log_speedup" in p}
+    # a setting the bank holds no effect of (it rode along in every run that had it) keeps the target's own
+    # stated prior as its evidence: the start carries it where a cold search would start with it too
+    recorded = {(p["knob"], p["value"]) for p in priors}
+    for setting, (mean, _sd) in (base or {}).items():
+        if setting not in recorded:
+            evidence[setting] = float(mean)
     from infrarsi.controller.experience.start import first_start  # it builds on this module's scope
 
     start = first_start(observations, environments, target, knobs, mode, evidence)

@@ -1,9 +1,9 @@
 """The experience start (issue 13, item 3): the best observation of the best-ranked source campaign, mapped onto the
 target's knobs, with the memory it was measured to take as one bundle.
 
-Settings of mechanisms the record does not cover stay at the reference; in ``filtered`` mode also settings the bank
-holds no covered, helping effect of (a setting that merely rode along in the best observation is not carried to
-other hardware).  The search (``controller/search/proposals.initial_starts``) runs it as the first of its three
+Settings of mechanisms the record does not cover stay at the reference; in ``filtered`` mode also settings whose
+evidence does not say they help: a covered effect in the bank, or, for a setting the bank holds no effect of (it
+rode along in every run that had it), the target's own stated prior.  The search (``controller/search/proposals.initial_starts``) runs it as the first of its three
 starts, adding memory savers when the bundle's measured peak would not fit here.
 """
 
@@ -24,9 +24,10 @@ def first_start(observations: Iterable[Observation], environments: Mapping[str, 
     Source campaigns are ranked by their environment (framework-compatible only in ``filtered``: covered for
     kernel mechanisms first, then distance); the fastest accepted observation of the best one is mapped onto the
     target's knobs, each mechanism only where the record covers it (``all``: every mechanism), others at the
-    reference.  With ``evidence`` ((knob, value) -> retrieved prior mean, ``filtered`` only) a setting is also
-    kept only when the bank holds a covered effect of it that helps: a setting that merely rode along in the
-    best observation (never measured apart) is not carried to other hardware.  ``speedup`` is against that
+    reference.  With ``evidence`` ((knob, value) -> retrieved prior mean of a covered effect, else the target's
+    stated prior for a setting with no effect record; ``filtered`` only) a setting is also kept only when its
+    evidence is positive: a setting that merely rode along in the best observation (never measured apart) is
+    carried to other hardware only where the target's own prior favours it.  ``speedup`` is against that
     campaign's reference observation when it has one, else 1.
     """
     by_campaign: dict[str, list[Observation]] = {}

@@ -331,3 +331,30 @@ def test_a_suspect_is_avoided_until_the_target_explains_a_crash_of_its_settings_
     # the target finds FP8's own crash partner (compile): the suspect's crash is explained, the pair may run
     ctrl.tell(Candidate.from_dict({"fp8": True, "grouped": False, "compile": True}), Outcome("crash", reason="boom"))
     assert ctrl.admissible(both, set()) is None
+
+
+def test_a_setting_that_rode_along_is_carried_only_where_the_targets_own_prior_favours_it() -> None:
+    """Phi 14B A100 -> H100 (held out, session 16): flash attention ran in every source trial that had it beside
+    other levers, so the bank holds no effect of it, and the filtered start dropped it although the target's own
+    prior rates it (a cold search starts with it).  Now the stated prior stands in for the missing evidence: a
+    rode-along setting the target's prior favours is carried, one it rates at zero is not, and a covered effect
+    that hurts still drops its setting whatever the prior says."""
+    best = {"graph_compile": "on", "tensor_parallel": "1", "attention_kernel": "flash", "micro_batch": "8"}
+    obs = [_obs("ref", REF_STATE, 2.0), _obs("best", best, 1.0)]
+    effects = [effect("graph_compile", "on", 0.08), effect("micro_batch", "8", 0.05)]
+    envs = {H20.digest(): H20}
+
+    def start(base: dict) -> dict:
+        records, _ = search_experience(effects, obs, envs, H200, KNOBS, base=base)
+        (got,) = [r for r in records if "config" in r]
+        return got["config"]
+
+    assert start({})["attn_impl"] == "math"  # no effect, no prior: rode along, not carried
+    assert start({("attn_impl", "flash"): (0.0, 0.1)})["attn_impl"] == "math"
+    favoured = start({("attn_impl", "flash"): (0.06, 0.1)})
+    assert favoured["attn_impl"] == "flash" and favoured["compile"] == "inductor" and favoured["mbs"] == 8
+    hurt = [effect("graph_compile", "on", -0.08), effect("micro_batch", "8", 0.05)]
+    records, _ = search_experience(hurt, obs, envs, H200, KNOBS,
+                                   base={("compile", "inductor"): (0.10, 0.1), ("attn_impl", "flash"): (0.06, 0.1)})
+    (got,) = [r for r in records if "config" in r]
+    assert got["config"]["compile"] == "none" and got["config"]["attn_impl"] == "flash"
