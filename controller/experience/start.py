@@ -3,8 +3,9 @@ target's knobs, with the memory it was measured to take as one bundle.
 
 Settings of mechanisms the record does not cover stay at the reference; in ``filtered`` mode also settings whose
 evidence does not say they help: a covered effect in the bank, or, for a setting the bank holds no effect of (it
-rode along in every run that had it), the target's own stated prior.  The search (``controller/search/proposals.initial_starts``) runs it as the first of its three
-starts, adding memory savers when the bundle's measured peak would not fit here.
+rode along in every run that had it), the target's own stated prior.  The search
+(``controller/search/proposals.initial_starts``) runs it as the first of its three starts, adding memory savers
+when the bundle's measured peak would not fit here.
 """
 
 from __future__ import annotations
