@@ -83,8 +83,8 @@ class SearchController:
             to take elsewhere, see :mod:`infrarsi.controller.experience.start`), ``{"knob", "value",
             "log_speedup"}`` (sets that setting's prior mean; with ``"prior_sd"`` it is a retrieved prior, mean
             and SD as given, see :mod:`infrarsi.controller.experience.retrieval`; with ``"mem_gib"``/``"mem_sd"``
-            it also sets the memory model's prior delta of that setting), ``{"conflict": [[knob, value], ...]}`` (a known
-            conflict) or ``{"suspect": [[knob, value], ...]}`` (a tuple another campaign blamed without pinning
+            it also sets the memory model's prior delta of that setting), ``{"conflict": [[knob, value], ...]}``
+            (a known conflict) or ``{"suspect": [[knob, value], ...]}`` (a tuple another campaign blamed without pinning
             it down: avoided until this campaign's ledger explains a crash of one of its settings otherwise, and
             the ledger's first guess among equally implicated tuples; never a ban) or ``{"requires": [[knob,
             value], [partner knob, partner value]]}`` (a requirement another campaign pinned down: the setting
