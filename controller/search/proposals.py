@@ -128,14 +128,11 @@ class Pool:
 
 
 def initial_starts(view: SearchView) -> list[Candidate]:
-    """The three starts: experience best, prior best differing in a big knob, random legal.  With experience
-    whose start left out hardware-bound settings of unknown sign here (:func:`_unsigned_bundle`), the third start
-    is that start with them, in the random start's place."""
+    """The three starts: experience best, prior best differing in a big knob, random legal."""
     pool = view.pool
     rng = np.random.default_rng([view.seed, 7919])
     prior_big = {s[0] for s, m in zip(view.fmap.singles, view.prior_mu) if s[0] != PATCH and abs(m) >= view.gate}
     starts: list[Candidate] = []
-    hedge, hedge_cand = None, None
     exp = [r for r in view.experience if "config" in r]
     if exp:
         best = max(exp, key=lambda r: float(r.get("speedup", 1.0)))
@@ -143,12 +140,16 @@ def initial_starts(view: SearchView) -> list[Candidate]:
         for k in view.space.knobs:
             v = best["config"].get(k.name, k.reference)
             d[k.name] = v if v in k.values else k.reference
-        cand = _fitted(view, Candidate.from_dict(d), best)
+        cand = Candidate.from_dict(d)
+        need = _bundle_shortfall(view, best)
+        if need > 0:  # the bundle, as measured elsewhere, would not fit here (the additive model may miss it)
+            cand = savers_for(view, cand, need)
+        elif float(view.predict([cand])[2][0]) < 0.5:  # measured elsewhere, maybe with more memory: add a saver
+            saver = best_saver(view, cand)
+            if saver is not None:
+                cand = cand.with_values({saver[0]: saver[1]})
         if not cand.is_reference(view.space) and legal_unblocked(view, cand):
             starts.append(cand)
-        hedge = _unsigned_bundle(view, best)
-        if hedge is not None:
-            hedge_cand = _fitted(view, Candidate.from_dict({**d, **dict(hedge["added"])}), hedge)
     sample = pool.rows(rng)
     X = pool.features(sample, frozenset())
     prior_score = X[:, : len(view.prior_mu)] @ view.prior_mu
@@ -165,10 +166,6 @@ def initial_starts(view: SearchView) -> list[Candidate]:
                 continue
             starts.append(cand)
             break
-    if hedge_cand is not None and hedge_cand not in starts and not hedge_cand.is_reference(view.space) \
-            and legal_unblocked(view, hedge_cand):
-        starts.append(hedge_cand)  # in the random start's place
-        return starts
     for _ in range(1000):
         row = np.array([rng.integers(0, s) for s in pool.sizes], dtype=int)
         cand = pool.to_candidate(row)
@@ -176,40 +173,6 @@ def initial_starts(view: SearchView) -> list[Candidate]:
             starts.append(cand)
             break
     return starts
-
-
-def _fitted(view: SearchView, cand: Candidate, bundle: dict) -> Candidate:
-    """An experience start with the memory savers its measured bundle (or the additive model) says it needs."""
-    need = _bundle_shortfall(view, bundle)
-    if need > 0:  # the bundle, as measured elsewhere, would not fit here (the additive model may miss it)
-        return savers_for(view, cand, need)
-    if float(view.predict([cand])[2][0]) < 0.5:  # measured elsewhere, maybe with more memory: add a saver
-        saver = best_saver(view, cand)
-        if saver is not None:
-            return cand.with_values({saver[0]: saver[1]})
-    return cand
-
-
-def _unsigned_bundle(view: SearchView, best: dict) -> dict | None:
-    """The hedge of the experience start: the first one plus the settings of the source's measured bundle it left out
-    that are hardware-bound kernels with no sign here (FP8 measured on another SKU: ``unsigned_class`` ``kernel``
-    in ``view.experience``), with the bundle's memory record adjusted to what is still dropped; None when it left
-    none of them out.
-
-    The filtered start withholds FP8 because its sign may flip on this GPU (it helps where compute is scarce
-    relative to bandwidth and can hurt on a faster part); whether it does is a property of the hardware no rule
-    here knows.  Running both hypotheses among the three starts costs one start where the sign flips (the search
-    learns it at once) and finds the source's peak at once where it carries.  Balance settings (overlap, buckets,
-    tensor parallelism) stay out: their sign turns on the fabric and layout too, and a start carrying them
-    anchors the search on a layout tuned for another machine."""
-    dropped = [tuple(s) for s in best.get("mem_dropped", ())]
-    kernels = {(r["knob"], r["value"]) for r in view.experience
-               if "knob" in r and r.get("unsigned_class") == "kernel"}
-    added = [s for s in dropped if s in view.sign_unknown and s in kernels and s in view.fmap.index]
-    if not added:
-        return None
-    out = {**best, "added": added, "mem_dropped": [list(s) for s in dropped if s not in added]}
-    return out
 
 
 def _bundle_shortfall(view: SearchView, start: dict) -> float:

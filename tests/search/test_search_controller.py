@@ -595,59 +595,6 @@ def test_the_experience_start_fits_by_its_measured_bundle_memory_not_the_additiv
     assert c.starts[0].as_dict() == {"compile": True, "mbs": 2, "tp": saver}
 
 
-def _fp8_space() -> SearchSpace:
-    return SearchSpace((
-        KnobSpec("compile", (False, True), False, prior_mean={True: 0.10}),
-        KnobSpec("fp8", (False, True), False),
-        KnobSpec("overlap", (False, True), False),
-        KnobSpec("mbs", (1, 2), 1, ordered=True, prior_mean={2: 0.03}, mem_prior_gib={2: 5.0}),
-    ), ())
-
-
-def test_the_second_start_runs_the_settings_whose_sign_did_not_transfer():
-    """The filtered experience start leaves out FP8 and comm overlap, measured in the source's best bundle on
-    another SKU (their sign may flip here).  The second start adds FP8 back, a hardware-bound kernel: one start
-    runs each hypothesis, so where its sign carries the source's peak is found at once, where it flips one start
-    learns it.  Overlap, a balance mechanism, stays out (its sign turns on the fabric and layout too), and so does
-    a left-out setting whose sign did transfer (micro-batch, a covered effect rated <= 0 here)."""
-    exp = [{"config": {"compile": True, "fp8": False, "overlap": False, "mbs": 1}, "speedup": 1.3,
-            "mem_delta_gib": 6.0, "mem_dropped": [["fp8", True], ["overlap", True], ["mbs", 2]]},
-           {"knob": "fp8", "value": True, "unsigned_gain": 0.08, "unsigned_class": "kernel", "records": 2,
-            "coverage": "partial", "distance": 1.0},
-           {"knob": "overlap", "value": True, "unsigned_gain": 0.04, "unsigned_class": "balance", "records": 2,
-            "coverage": "partial", "distance": 1.0},
-           {"knob": "mbs", "value": 2, "log_speedup": -0.02, "prior_sd": 0.02, "coverage": "covered",
-            "distance": 1.0}]
-    c = SearchController(_fp8_space(), make_noise(), 1.0, 80.0, seed=0, experience=exp,
-                         reference_peak_mem_gib=40.0)
-    assert c.starts[0].as_dict() == {"compile": True, "fp8": False, "overlap": False, "mbs": 1}
-    assert c.starts[2].as_dict() == {"compile": True, "fp8": True, "overlap": False, "mbs": 1}
-    # control: with nothing left out whose sign is unknown, the second start is the prior's, as before
-    plain = SearchController(_fp8_space(), make_noise(), 1.0, 80.0, seed=0,
-                             experience=[{**exp[0], "mem_dropped": [["mbs", 2]]}, exp[3]],
-                             reference_peak_mem_gib=40.0)
-    assert plain.starts[0] == c.starts[0]
-    assert plain.starts[2] != c.starts[2]
-
-
-def test_the_second_start_takes_a_saver_when_its_measured_bundle_would_not_fit():
-    """The full bundle was measured at 40 + 40 GiB elsewhere, over 95% of 80 GiB here, so the second start takes
-    a saver (TP2), while the filtered start, without FP8's estimated 4 GiB, fits at 76 GiB as it is."""
-    space = SearchSpace((
-        KnobSpec("compile", (False, True), False, prior_mean={True: 0.10}),
-        KnobSpec("fp8", (False, True), False, mem_prior_gib={True: 4.0}),
-        KnobSpec("tp", (1, 2), 1, ordered=True, mem_prior_gib={2: -20.0}),
-        KnobSpec("flash", (False, True), False, prior_mean={True: 0.05}),
-    ), ())
-    exp = [{"config": {"compile": True, "fp8": False, "tp": 1}, "speedup": 1.3, "mem_delta_gib": 40.0,
-            "mem_dropped": [["fp8", True]]},
-           {"knob": "fp8", "value": True, "unsigned_gain": 0.08, "unsigned_class": "kernel", "records": 2,
-            "coverage": "partial", "distance": 1.0, "mem_gib": 4.0, "mem_sd": 1.0}]
-    c = SearchController(space, make_noise(), 1.0, 80.0, seed=0, experience=exp, reference_peak_mem_gib=40.0)
-    assert c.starts[0].as_dict() == {"compile": True, "fp8": False, "tp": 1, "flash": False}
-    assert c.starts[-1].as_dict() == {"compile": True, "fp8": True, "tp": 2, "flash": False}
-
-
 def test_the_experience_start_never_takes_a_saver_a_known_conflict_blocks():
     """A start that needs a saver must not take one that a known conflict bans beside it: the start would be
     dropped as blocked (or run a known crash).  TP2 with compile is known to crash, so TP4 is taken."""
