@@ -350,9 +350,7 @@ def setting_priors(retrieved: Sequence[Retrieved], base: Mapping[tuple[str, Any]
     transfer (``Retrieved.signed`` False: balance or FP8 effects from another SKU) never move the speed prior: a
     setting with only such records gets no ``log_speedup``/``prior_sd`` (the knob's own prior stays), only the
     memory prior and ``"unsigned_gain"``, the largest |log-speedup| measured elsewhere (the setting mattered on
-    other hardware and its sign here is unknown: the search probes it, ``probes.contrarian``), and
-    ``"unsigned_class"``: ``kernel`` when every record is of a hardware-bound kernel mechanism (FP8: its sign
-    turns on the SKU alone), else ``balance``.
+    other hardware and its sign here is unknown: the search probes it, ``probes.contrarian``).
 
     ``base`` maps (knob, value) to the knob's own prior (mean, SD); settings not in it start from (0,
     ``default_sd``).  Deterministic in the order of ``retrieved``; settings are listed in first-retrieved order.
@@ -371,10 +369,6 @@ def setting_priors(retrieved: Sequence[Retrieved], base: Mapping[tuple[str, Any]
             row["log_speedup"], row["prior_sd"] = combine(m0, s0, mean, sd)
         else:
             row["unsigned_gain"] = max(abs(float(r.effect.log_speedup)) for r in rs)
-            # "kernel": a hardware-bound kernel (FP8), whose sign turns on the SKU alone; "balance": bound to the
-            # whole environment (fabric, layout, node count)
-            row["unsigned_class"] = "kernel" if all(r.effect.klass == "kernel" and hardware_bound(r.effect.mechanism)
-                                                    for r in rs) else "balance"
         row.update({"records": len(rs), "coverage": rs[0].coverage, "distance": min(r.distance for r in rs)})
         # memory deltas measured against the reference state only: a paired delta measured on top of other
         # settings (its conditioning) is that delta under them, and memory is not additive (activations per

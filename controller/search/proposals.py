@@ -133,7 +133,6 @@ def initial_starts(view: SearchView) -> list[Candidate]:
     rng = np.random.default_rng([view.seed, 7919])
     prior_big = {s[0] for s, m in zip(view.fmap.singles, view.prior_mu) if s[0] != PATCH and abs(m) >= view.gate}
     starts: list[Candidate] = []
-    hedged: list[Setting] = []
     exp = [r for r in view.experience if "config" in r]
     if exp:
         best = max(exp, key=lambda r: float(r.get("speedup", 1.0)))
@@ -151,15 +150,9 @@ def initial_starts(view: SearchView) -> list[Candidate]:
                 cand = cand.with_values({saver[0]: saver[1]})
         if not cand.is_reference(view.space) and legal_unblocked(view, cand):
             starts.append(cand)
-        kernels = {(r["knob"], r["value"]) for r in view.experience
-                   if "knob" in r and r.get("unsigned_class") == "kernel"}
-        hedged = [tuple(x) for x in best.get("mem_dropped", ()) if tuple(x) in kernels
-                  and tuple(x) in view.sign_unknown and tuple(x) in view.fmap.index]
     sample = pool.rows(rng)
     X = pool.features(sample, frozenset())
     prior_score = X[:, : len(view.prior_mu)] @ view.prior_mu
-    for st in hedged:  # FP8 in the source's best, sign withheld here: the prior's start runs it as it helped there
-        prior_score = prior_score + X[:, view.fmap.index[st]] * float(view.sign_unknown[st])
     feas = view.p_fit_rows(X) >= 0.5
     order = np.lexsort((np.arange(len(sample)), -prior_score))
     for want in range(2 - len(starts)):

@@ -595,35 +595,6 @@ def test_the_experience_start_fits_by_its_measured_bundle_memory_not_the_additiv
     assert c.starts[0].as_dict() == {"compile": True, "mbs": 2, "tp": saver}
 
 
-def _fp8_space() -> SearchSpace:
-    return SearchSpace((
-        KnobSpec("compile", (False, True), False, prior_mean={True: 0.10}),
-        KnobSpec("fp8", (False, True), False),
-        KnobSpec("overlap", (False, True), False),
-        KnobSpec("mbs", (1, 2), 1, ordered=True, prior_mean={2: 0.03}, mem_prior_gib={2: 5.0}),
-    ), ())
-
-
-@pytest.mark.parametrize("klass, carried", [("kernel", True), ("balance", False)])
-def test_the_priors_start_runs_fp8_the_source_bundle_ran_with_its_sign_withheld(klass, carried):
-    """The filtered experience start leaves out FP8 (and overlap), measured in the source's best bundle on another
-    SKU: their sign may flip here.  The second start, the prior's best, runs FP8 as it helped there, so one start
-    runs each hypothesis: where FP8's sign carries (Gemma H200 -> L40S, Yi H200 -> H20) it is found at once,
-    where it flips one start learns it.  A balance setting (overlap), whose sign turns on the fabric and layout
-    too, is not carried into it."""
-    exp = [{"config": {"compile": True, "fp8": False, "overlap": False, "mbs": 1}, "speedup": 1.3,
-            "mem_delta_gib": 6.0, "mem_dropped": [["fp8", True], ["overlap", True]]},
-           {"knob": "fp8", "value": True, "unsigned_gain": 0.08, "unsigned_class": klass, "records": 2,
-            "coverage": "partial", "distance": 1.0},
-           {"knob": "overlap", "value": True, "unsigned_gain": 0.08, "unsigned_class": "balance", "records": 2,
-            "coverage": "partial", "distance": 1.0}]
-    c = SearchController(_fp8_space(), make_noise(), 1.0, 80.0, seed=0, experience=exp,
-                         reference_peak_mem_gib=40.0)
-    assert c.starts[0].as_dict() == {"compile": True, "fp8": False, "overlap": False, "mbs": 1}
-    assert c.starts[1].value("fp8") is carried and c.starts[1].value("overlap") is False
-    assert c.starts[1].value("mbs") == 2  # still the prior's best, differing from the first in a big knob
-
-
 def test_the_experience_start_never_takes_a_saver_a_known_conflict_blocks():
     """A start that needs a saver must not take one that a known conflict bans beside it: the start would be
     dropped as blocked (or run a known crash).  TP2 with compile is known to crash, so TP4 is taken."""
