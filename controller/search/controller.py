@@ -431,7 +431,9 @@ class SearchController:
                 old = self.incumbent
                 self.incumbent, self.incumbent_y = cand, y
                 if improved:
-                    proposals.on_improvement(self.view, self.followups, old, cand)
+                    # two starts differ on axes no move chose: extrapolating between them is a guess
+                    proposals.on_improvement(self.view, self.followups, old, cand,
+                                             extrapolate=not (old in self.starts and cand in self.starts))
             if tag.startswith("backtrack"):
                 proposals.on_backtrack_ok(self.view, self.followups, cand, old_incumbent)
         else:

@@ -251,12 +251,16 @@ def on_backtrack_ok(view: SearchView, followups: FollowUps, cand: Candidate, inc
     _enqueue(view, followups, "migrate", Candidate(migrated.config, incumbent.patches))
 
 
-def on_improvement(view: SearchView, followups: FollowUps, old: Candidate, new: Candidate) -> None:
-    """Extrapolate one step further along every ordered axis the improving move changed.
+def on_improvement(view: SearchView, followups: FollowUps, old: Candidate, new: Candidate,
+                   extrapolate: bool = True) -> None:
+    """Extrapolate one step further along every ordered axis the improving move changed (unless
+    ``extrapolate`` is false).
 
     Extrapolations queued from an earlier incumbent are dropped (they are stale).
     """
     followups.drop(lambda t, c: t != "extrapolate" or view.is_told(c))
+    if not extrapolate:
+        return
     for k in view.space.knobs:
         if not k.ordered:
             continue

@@ -608,3 +608,28 @@ def test_the_experience_start_never_takes_a_saver_a_known_conflict_blocks():
            {"conflict": [["compile", True], ["tp", 2]]}]
     c = SearchController(space, make_noise(), 1.0, 80.0, seed=0, experience=exp, reference_peak_mem_gib=40.0)
     assert c.starts[0].as_dict() == {"compile": True, "mbs": 2, "tp": 4}
+
+
+def test_no_extrapolation_between_two_starts_only_along_a_move_from_the_incumbent():
+    """Two starts differ on axes no single move chose (here TP4 -> TP2): the second beating the first says
+    nothing about TP1, so no extrapolation is queued, and a stale one is dropped.  A move the search made
+    from the incumbent (micro-batch 4 -> 2) that improves is extrapolated one step further (micro-batch 1).
+    Before, the second start queued TP1, which ran out of memory on Gemma 9B H200 -> L40S."""
+    space = SearchSpace((
+        KnobSpec("compile", (False, True), False, prior_mean={True: 0.10}),
+        KnobSpec("mbs", (1, 2, 4, 8), 1, ordered=True, prior_mean={2: 0.03, 4: 0.05},
+                 mem_prior_gib={2: 5.0, 4: 10.0}),
+        KnobSpec("tp", (1, 2, 4), 1, ordered=True, prior_mean={2: 0.02}, mem_prior_gib={2: -20.0, 4: -30.0}),
+    ), ())
+    exp = [{"config": {"compile": True, "mbs": 4, "tp": 4}, "speedup": 1.2}]
+    c = SearchController(space, make_noise(), 1.0, 80.0, seed=0, experience=exp, reference_peak_mem_gib=40.0)
+    first, second = c.starts[0], c.starts[1]
+    assert (first.value("tp"), second.value("tp")) == (4, 2) and first.value("mbs") == second.value("mbs")
+    c.followups.add("extrapolate", first.with_values({"mbs": 8, "tp": 1}))  # queued from an older incumbent
+    c.tell(first, ok(0.10, 50.0))
+    c.tell(second, ok(0.20, 50.0))
+    assert c.incumbent == second
+    assert [x for t, x in c.followups.items if t == "extrapolate"] == []
+    move = second.with_values({"mbs": 2})
+    c.tell(move, ok(0.30, 45.0))
+    assert [x for t, x in c.followups.items if t == "extrapolate"] == [move.with_values({"mbs": 1})]
