@@ -438,7 +438,7 @@ class SearchController:
                 proposals.on_backtrack_ok(self.view, self.followups, cand, old_incumbent)
         else:
             self._tabu_move(cand)
-            if outcome.status == "oom":
+            if outcome.status == "oom" and not self._hedges_an_untold_start(cand):
                 proposals.on_oom(self.view, self.followups, cand, outcome, prev_pred)
             elif outcome.status in ("crash", "rejected") and not cand.patches:
                 proposals.on_crash(self.view, self.followups, cand)
@@ -448,6 +448,14 @@ class SearchController:
             self.stall = 0 if improved else self.stall + 1
         if self.stall >= int(self.tune["stall_trials"]):
             self.escapes += 1
+
+    def _hedges_an_untold_start(self, cand: Candidate) -> bool:
+        """True if ``cand`` is within two switches of a start not yet told (a hedge of a busy start): its
+        OOM needs no saver while the start itself may still run.  A function of the tells so far, so a
+        controller rebuilt by replaying them decides alike (with one slot every start is told first)."""
+        rc = cand.settings(self.space)
+        return any(s not in self.told and s != cand and len(rc ^ s.settings(self.space)) <= 4
+                   for s in self.starts)
 
     def _maybe_trigger_revision(self, sets: frozenset[Setting]) -> None:
         """Turn on empirical prior revision after two configuration failures or a confident setting's failure."""
