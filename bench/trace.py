@@ -15,7 +15,8 @@ proposed it (the controller's ``proposed_by``; ``-`` for the baselines, which ke
 
 With ``--source`` it traces the target campaign of ``infrarsi bench transfer`` instead: the source landscape's
 campaign on the same seed is written back into a fresh bank, and the traced campaign starts from what ``--mode``
-retrieves from it (trials 30, as the transfer sweep; the coverage grades are printed first):
+retrieves from it (the source campaign runs ``--source-trials``, 30 as in the transfer sweep, whatever
+``--trials`` the traced campaign runs; the coverage grades are printed first):
 
     python bench/trace.py transfer_b200_qwen7b --source transfer_l40s_qwen7b --mode bank-filtered --trials 30
 """
@@ -91,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--strategy", default="infrarsi")
     p.add_argument("--source", help="trace a transfer target: the source landscape written back into the bank")
     p.add_argument("--mode", default="bank-filtered", help="with --source: cold, bank-all or bank-filtered")
+    p.add_argument("--source-trials", type=int, default=30,
+                   help="with --source: the source campaign's trials (30, as the transfer sweep)")
     a = p.parse_args(argv)
     where = lambda n: n if n.endswith(".py") else str(HERE / "landscapes" / f"{n}.py")  # noqa: E731
     path = where(a.landscape)
@@ -102,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.mode not in MODES:
             p.error(f"--mode: unknown {a.mode!r}; choose from {', '.join(MODES)}")
         experience, grades = source_experience(load_landscape(where(a.source)), load_landscape(path), a.seed,
-                                               a.trials, (a.mode,))[a.mode]
+                                               a.source_trials, (a.mode,))[a.mode]
         print(f"{len(experience)} records; coverage " + " ".join(f"{k}={v}" for k, v in sorted(grades.items())))
     fmt = lambda x: "     -" if x is None else f"{x:6.3f}"  # noqa: E731
     for r in trace(path, a.seed, a.slots, a.trials, a.strategy, experience):

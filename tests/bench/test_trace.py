@@ -51,6 +51,10 @@ def test_a_transfer_trace_marks_the_trial_the_transfer_benchmark_counts(capsys) 
     assert trace.main([str(tgt), "--source", str(src), "--seed", "2", "--trials", "5"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 6 and "records; coverage" in out[0] and "=covered" in out[0]  # the grades, then 5 trials
+    # the source campaign runs --source-trials (30 by default), not the traced campaign's --trials
+    assert trace.main([str(tgt), "--source", str(src), "--seed", "2", "--trials", "5", "--source-trials", "3"]) == 0
+    short = capsys.readouterr().out.splitlines()
+    assert len(short) == 6 and int(short[0].split()[0]) < int(out[0].split()[0])
     with pytest.raises(SystemExit):  # an unknown mode is refused by argparse, naming the modes
         trace.main([str(tgt), "--source", str(src), "--mode", "bank-some"])
     assert "choose from cold, bank-all, bank-filtered" in capsys.readouterr().err
