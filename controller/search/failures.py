@@ -10,7 +10,8 @@
   then it may need one of them (unpadding needs flash attention) and stays
   open (:meth:`FailureLedger._needs_partner`).  A crash also opens "needs a
   partner" hypotheses ``(s, r)``: ``s`` passed, every passing run with ``s``
-  held ``r``, and this record has ``s`` without ``r``
+  held ``r`` (or ``s`` never passed and every passing run held ``r``),
+  and this record has ``s`` without ``r``
   (:meth:`FailureLedger.requirements_of`); one that explains more crash
   records than the record's best tuple is kept instead of that tuple, and
   blocks ``s`` without ``r`` (no tuple of present settings can say that, so
@@ -182,14 +183,18 @@ class FailureLedger:
     def requirements_of(self, settings: frozenset[Setting]) -> list[tuple[Setting, Setting]]:
         """The "needs a partner" hypotheses a crash of ``settings`` leaves open: ``(s, r)`` with ``s`` in the
         record and ``r`` not, where ``s`` has passed and every passing run holding ``s`` also held ``r``
-        (overlapping the parameter all-gather needs the distributed optimizer).  A tuple of present settings
-        cannot say "without r", so such a crash would otherwise stay unexplained, or be pinned on a pair of
-        ``s`` with a setting it merely never passed beside."""
+        (overlapping the parameter all-gather needs the distributed optimizer), or where ``s`` never passed and
+        every passing run held ``r`` (FP8 needs torch.compile, which every start carried).  A tuple of present
+        settings cannot say "without r", so such a crash would otherwise stay unexplained, or be pinned on a
+        pair of ``s`` with a setting it merely never passed beside."""
         out: list[tuple[Setting, Setting]] = []
         for s in sorted(settings, key=settings_key):
             with_s = [p for p in self.passing if s in p]
             if not with_s:
-                continue
+                # never passed: it may need what every passing run held (FP8 needs torch.compile)
+                with_s = list(self.passing)
+                if not with_s:
+                    continue
             for r in sorted(frozenset.intersection(*with_s) - settings - {s}, key=settings_key):
                 if r[0] != s[0] and r[0] != PATCH:
                     out.append((s, r))

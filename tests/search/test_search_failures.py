@@ -168,3 +168,22 @@ def test_a_true_pair_conflict_keeps_its_pair_ban_over_a_coincidental_partner():
     led.record(frozenset({A, C}), OK, lambda s: 0.0)
     led.record(frozenset({A, B}), CRASH, lambda s: 0.0)
     assert [set(t) for t in led.banned] == [{A, B}] and led.requirements == []
+
+
+def test_a_setting_that_never_passed_may_need_what_every_passing_run_held():
+    """Gemma 9B on the L40S: FP8 crashes without torch.compile, and every run that passed so far held compile.
+    An escape dropped compile and added FP8 (crash), its revert kept both (crash), and the backtrack ran FP8 alone
+    (crash).  The old ledger could only blame pairs of present settings (FP8 & no checkpointing, which the passing
+    runs also held), so FP8 stayed a suspect for twenty trials; now "FP8 needs compile" explains all three
+    crashes and FP8 with compile is open again."""
+    F, K, G, B1, B4 = ("fp8", True), ("compile", True), ("ckpt", False), ("bucket", 100), ("bucket", 400)
+    led = FailureLedger()
+    for rec in ({K, G, A}, {K, G}, {K, A}):
+        led.record(frozenset(rec), OK, lambda s: 0.0)
+    led.record(frozenset({F, G, A, B1}), CRASH, lambda s: 0.0)
+    led.record(frozenset({F, G, A, B4}), CRASH, lambda s: 0.0)
+    assert led.requirements == []  # two crashes each: the pair ban is kept on a tie
+    led.record(frozenset({F}), CRASH, lambda s: 0.0)
+    assert led.requirements == [(F, K)]
+    assert led.blocked(frozenset({F, G, A})) == "fp8=true needs compile=true"
+    assert led.blocked(frozenset({F, K, G, A})) is None, "FP8 with compile is open again"
