@@ -452,7 +452,8 @@ class SearchController:
     def _hedges_an_untold_start(self, cand: Candidate) -> bool:
         """True if ``cand`` is within two switches of a start not yet told (a hedge of a busy start): its
         OOM needs no saver while the start itself may still run.  A function of the tells so far, so a
-        controller rebuilt by replaying them decides alike (with one slot every start is told first)."""
+        controller rebuilt by replaying them decides alike.  With one slot every start that runs is told first;
+        a start never run (refused by admission) stays untold, so a near copy of it gets no saver either."""
         rc = cand.settings(self.space)
         return any(s not in self.told and s != cand and len(rc ^ s.settings(self.space)) <= 4
                    for s in self.starts)
