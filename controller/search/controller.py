@@ -450,7 +450,8 @@ class SearchController:
             self.escapes += 1
 
     def _hedges_an_untold_start(self, cand: Candidate) -> bool:
-        """True if ``cand`` is within two switches of a start not yet told (a hedge of a busy start): its
+        """True if ``cand`` differs in at most four settings from a start not yet told (a hedge of a busy start,
+        double hedges included; a near copy that moves up to four knobs to or from the reference counts too): its
         OOM needs no saver while the start itself may still run.  A function of the tells so far, so a
         controller rebuilt by replaying them decides alike.  With one slot every start that runs is told first;
         a start never run (refused by admission) stays untold, so a near copy of it gets no saver either."""

@@ -189,12 +189,10 @@ class FailureLedger:
         pair of ``s`` with a setting it merely never passed beside."""
         out: list[tuple[Setting, Setting]] = []
         for s in sorted(settings, key=settings_key):
-            with_s = [p for p in self.passing if s in p]
+            # never passed: it may need what every passing run held (FP8 needs torch.compile)
+            with_s = [p for p in self.passing if s in p] or self.passing
             if not with_s:
-                # never passed: it may need what every passing run held (FP8 needs torch.compile)
-                with_s = list(self.passing)
-                if not with_s:
-                    continue
+                continue
             for r in sorted(frozenset.intersection(*with_s) - settings - {s}, key=settings_key):
                 if r[0] != s[0] and r[0] != PATCH:
                     out.append((s, r))
