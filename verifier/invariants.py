@@ -457,10 +457,42 @@ def job_mean_step_time(receipt: Receipt, window: tuple[int, int]) -> float:
     return speed.window_step_time(t)
 
 
+def clock_offsets(receipt: Receipt, window: tuple[int, int]) -> list[float]:
+    """Per-update ln(wrapper gap / job-reported step time) inside the window, for updates that have both.
+
+    A gap of zero (lines written in one burst) gives -inf, a job step of zero +inf; neither is dropped."""
+    s, e = window
+    stamps: list[float | None] = [receipt.header.get("wall_t") if receipt.header else None]
+    stamps += [u.get("wall_t") for u in receipt.updates]
+    out = []
+    for i in range(s, min(e, len(receipt.updates)) + 1):
+        a, b, j = stamps[i - 1], stamps[i], num(receipt.updates[i - 1].get("step_time_s"))
+        if a is None or b is None or not (0 <= j < math.inf):
+            continue
+        w = float(b) - float(a)
+        out.append(math.inf if j == 0 and w > 0 else -math.inf if w <= 0 else math.log(w / j))
+    return out
+
+
+def _median_offset(receipt: Receipt, window: tuple[int, int]) -> float:
+    """Median of :func:`clock_offsets` (NaN when none, or when +inf and -inf meet in the middle)."""
+    o = clock_offsets(receipt, window)
+    if not o:
+        return math.nan
+    return statistics.median(o)
+
+
 def timing_consistent(trial: Receipt, refs: Refs, spec: JudgeSpec) -> Item:
     """The gain on the wrapper's clock agrees with the gain on the job's clock: |delta ln| <= timing_tol.
 
-    Both clocks use the one window statistic; the references' is the mean of their c = ln T."""
+    Both clocks use the one window statistic; the references' is the mean of their c = ln T.  delta ln is the
+    reference's clock offset ln(W/J) minus the trial's.  When it is negative beyond the tolerance (the wrapper saw
+    the trial *slower* than the job's clock says) and the per-update offsets agree in the median (the same
+    comparison on :func:`clock_offsets`), the skew is a minority of stalled gaps between update stamps: the
+    trial's measured time includes them, so they cost the trial and claim nothing, and the check passes saying
+    so.  A job that under-reports every step moves the median and still fails; a positive delta ln (the wrapper
+    saw the trial *faster* than the job did: lines held back and written in bursts) is never excused, because
+    the speed is measured on the wrapper's clock."""
     if not refs:
         return Item("timing_consistent", "L5", "unchecked", "no reference")
     rws = [window_mean_step_time(r, spec.window) for r in refs]
@@ -476,9 +508,15 @@ def timing_consistent(trial: Receipt, refs: Refs, spec: JudgeSpec) -> Item:
     gain_job = statistics.fmean(math.log(x) for x in rjs) - math.log(cj)
     d = gain_wrapper - gain_job
     ok = abs(d) <= spec.timing_tol
-    return Item("timing_consistent", "L5", "pass" if ok else "fail",
-                f"gain {gain_wrapper:+.3f} on the wrapper clock vs {gain_job:+.3f} on the job clock: "
-                f"|delta ln| {abs(d):.3f} {'<=' if ok else '>'} {spec.timing_tol}")
+    said = (f"gain {gain_wrapper:+.3f} on the wrapper clock vs {gain_job:+.3f} on the job clock: "
+            f"|delta ln| {abs(d):.3f} {'<=' if ok else '>'} {spec.timing_tol}")
+    if not ok and d < 0:
+        dm = statistics.fmean(_median_offset(r, spec.window) for r in refs) - _median_offset(trial, spec.window)
+        if abs(dm) <= spec.timing_tol:  # NaN (no usable per-update pair) is never excused
+            return Item("timing_consistent", "L5", "pass",
+                        f"{said}, but per-update |delta ln| {abs(dm):.3f} <= {spec.timing_tol} in the median: "
+                        f"stalls between a minority of update stamps, counted in the trial's time")
+    return Item("timing_consistent", "L5", "pass" if ok else "fail", said)
 
 
 def speed_reproduces(ref_times: list[float], cand_times: list[float], promotion_margin: float) -> Item:

@@ -283,6 +283,49 @@ def test_timing_consistent(make, spec):
     assert inv.timing_consistent(no_job_clock, [make()], spec).status == "fail"
 
 
+def _stall(gap_s: float, at: tuple[int, ...]):
+    """Edit: the wrapper's stamps of updates from ``at[k]`` (1-based) on arrive ``gap_s`` later per stall."""
+    def edit(d):
+        for k in at:
+            for u in d["updates"][k - 1:]:
+                u["wall_t"] += gap_s
+        d["footer"]["wall_t"] += gap_s * len(at)
+    return edit
+
+
+def test_timing_excuses_a_stall_between_update_stamps(make, spec):
+    # Seen in CI on a 2-vCPU machine: one stall between two stamps skewed an honest run's clocks by 0.15.
+    stalled = make(_stall(0.2, (7,)))
+    item = inv.timing_consistent(stalled, [make(), make()], spec)
+    assert item.status == "pass" and "stalls between a minority" in item.reason, item.reason
+    two = inv.timing_consistent(make(_stall(0.1, (6, 10))), [make()], spec)
+    assert two.status == "pass"
+
+
+def test_timing_excusal_does_not_cover_a_lying_clock(make, spec):
+    # Attack: a job whose timer under-reports every step hides behind a stall it adds (or the machine adds).
+    liar = make(_stall(0.2, (7,)), step=0.1, job_step=0.07)
+    item = inv.timing_consistent(liar, [make()], spec)
+    assert item.status == "fail" and "delta ln" in item.reason
+    # Attack: the wrapper sees the trial *faster* than the job does (stamps of the window compressed by holding
+    # lines back and writing them in a burst).  The median of per-update offsets is then also off, and a positive
+    # delta ln is never excused anyway.
+    def compress(d):
+        for u in d["updates"][2:9]:
+            u["wall_t"] = d["updates"][9]["wall_t"] - 0.001
+    held = inv.timing_consistent(make(compress), [make()], spec)
+    assert held.status == "fail"
+    # A stalled reference is not excused either: the trial would look faster on the wrapper's clock.
+    assert inv.timing_consistent(make(), [make(_stall(0.3, (7,)))], spec).status == "fail"
+
+
+def test_clock_offsets(make):
+    r = make(step=0.1, job_step=0.05)
+    assert inv.clock_offsets(r, (4, 12)) == pytest.approx([math.log(2)] * 9)
+    burst = make(lambda d: [u.update(wall_t=5.0) for u in d["updates"]])
+    assert inv.clock_offsets(burst, (4, 12)) == [-math.inf] * 9
+
+
 def test_window_step_times_use_the_wrapper_clock(make):
     r = make(step=0.1, job_step=5.0)
     t = inv.window_step_times(r, (1, 3))

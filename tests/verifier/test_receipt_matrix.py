@@ -51,8 +51,9 @@ def test_full_matrix_agrees():
     results = run_matrix(jobs=2)
     # a benign case rejected by L5 timing alone is run once more: on a shared 2-vCPU machine a stall between two
     # update stamps can skew the wrapper's clock from the job's by 15% (seen once in CI: warmup_spikes, |delta ln|
-    # 0.153), and the skew then measured the machine, not the job.  A cheat is never re-run, and a benign case
-    # that skews again still fails here.
+    # 0.153), and the skew then measured the machine, not the job.  The judge now excuses stalls between a
+    # minority of stamps (per-update offsets agree in the median); this re-run covers the rest.  A cheat is never
+    # re-run, and a benign case that skews again still fails here.
     skewed = [r.case.name for r in results if r.case.benign and not r.verdict.accepted
               and {it.name for it in r.verdict.rejecting} == {"timing_consistent"}]
     if skewed:
