@@ -490,9 +490,11 @@ def timing_consistent(trial: Receipt, refs: Refs, spec: JudgeSpec) -> Item:
     the trial *slower* than the job's clock says) and the per-update offsets agree in the median (the same
     comparison on :func:`clock_offsets`), the skew is a minority of stalled gaps between update stamps: the
     trial's measured time includes them, so they cost the trial and claim nothing, and the check passes saying
-    so.  A job that under-reports every step moves the median and still fails; a positive delta ln (the wrapper
-    saw the trial *faster* than the job did: lines held back and written in bursts) is never excused, because
-    the speed is measured on the wrapper's clock."""
+    so.  A job that under-reports every step moves the median and still fails.  A positive delta ln (the wrapper
+    saw the trial *faster* than its job clock says, relative to the references) is excused only when the
+    trial's whole-window offset ln(W/J) agrees with the references' per-update median, i.e. the references'
+    stamps were stalled; a trial that holds lines back and writes them in bursts shrinks its own window offset
+    and still fails, because the speed is measured on the wrapper's clock."""
     if not refs:
         return Item("timing_consistent", "L5", "unchecked", "no reference")
     rws = [window_mean_step_time(r, spec.window) for r in refs]
@@ -510,12 +512,16 @@ def timing_consistent(trial: Receipt, refs: Refs, spec: JudgeSpec) -> Item:
     ok = abs(d) <= spec.timing_tol
     said = (f"gain {gain_wrapper:+.3f} on the wrapper clock vs {gain_job:+.3f} on the job clock: "
             f"|delta ln| {abs(d):.3f} {'<=' if ok else '>'} {spec.timing_tol}")
-    if not ok and d < 0:
-        dm = statistics.fmean(_median_offset(r, spec.window) for r in refs) - _median_offset(trial, spec.window)
-        if abs(dm) <= spec.timing_tol:  # NaN (no usable per-update pair) is never excused
+    if not ok:  # NaN below (no usable per-update pair) is never excused
+        ref_med = statistics.fmean(_median_offset(r, spec.window) for r in refs)
+        if d < 0 and abs(ref_med - _median_offset(trial, spec.window)) <= spec.timing_tol:
             return Item("timing_consistent", "L5", "pass",
-                        f"{said}, but per-update |delta ln| {abs(dm):.3f} <= {spec.timing_tol} in the median: "
-                        f"stalls between a minority of update stamps, counted in the trial's time")
+                        f"{said}, but the per-update offsets agree in the median: stalls between a minority of the "
+                        f"trial's update stamps, counted in its time")
+        if d > 0 and abs(ref_med - (math.log(cw) - math.log(cj))) <= spec.timing_tol:
+            return Item("timing_consistent", "L5", "pass",
+                        f"{said}, but the trial's window offset agrees with the references' per-update median: "
+                        f"stalls between the references' update stamps")
     return Item("timing_consistent", "L5", "pass" if ok else "fail", said)
 
 

@@ -300,6 +300,9 @@ def test_timing_excuses_a_stall_between_update_stamps(make, spec):
     assert item.status == "pass" and "stalls between a minority" in item.reason, item.reason
     two = inv.timing_consistent(make(_stall(0.1, (6, 10))), [make()], spec)
     assert two.status == "pass"
+    # The same stall in a reference run: without the excusal every trial judged against it would fail.
+    ref_stalled = inv.timing_consistent(make(), [make(_stall(0.3, (7,))), make()], spec)
+    assert ref_stalled.status == "pass" and "references' update stamps" in ref_stalled.reason, ref_stalled.reason
 
 
 def test_timing_excusal_does_not_cover_a_lying_clock(make, spec):
@@ -315,8 +318,12 @@ def test_timing_excusal_does_not_cover_a_lying_clock(make, spec):
             u["wall_t"] = d["updates"][9]["wall_t"] - 0.001
     held = inv.timing_consistent(make(compress), [make()], spec)
     assert held.status == "fail"
-    # A stalled reference is not excused either: the trial would look faster on the wrapper's clock.
-    assert inv.timing_consistent(make(), [make(_stall(0.3, (7,)))], spec).status == "fail"
+    # ... also when a reference was stalled: the excusal compares the trial's own window offset.
+    assert inv.timing_consistent(make(compress), [make(_stall(0.3, (7,)))], spec).status == "fail"
+    # Attack: a mild compression hidden behind a reference's stall (the trial's window offset moves by 0.2).
+    def mild(d):
+        d["updates"][2]["wall_t"] += 0.2
+    assert inv.timing_consistent(make(mild), [make(_stall(0.3, (7,)))], spec).status == "fail"
 
 
 def test_clock_offsets(make):
