@@ -433,6 +433,11 @@ def window_step_times(receipt: Receipt, window: tuple[int, int]) -> list[float]:
     Update i's time is ``wall_t[i] - wall_t[i-1]`` (the header's ``wall_t`` for i = 1).
     Updates without a stamp are skipped.
     """
+    return [gap for _, gap in _stamp_gaps(receipt, window)]
+
+
+def _stamp_gaps(receipt: Receipt, window: tuple[int, int]) -> list[tuple[int, float]]:
+    """(update i, ``wall_t[i] - wall_t[i-1]``) for every update in the window whose two stamps exist."""
     s, e = window
     stamps: list[float | None] = [receipt.header.get("wall_t") if receipt.header else None]
     stamps += [u.get("wall_t") for u in receipt.updates]
@@ -440,7 +445,7 @@ def window_step_times(receipt: Receipt, window: tuple[int, int]) -> list[float]:
     for i in range(s, min(e, len(receipt.updates)) + 1):
         a, b = stamps[i - 1], stamps[i]
         if a is not None and b is not None:
-            out.append(float(b) - float(a))
+            out.append((i, float(b) - float(a)))
     return out
 
 
@@ -461,16 +466,11 @@ def clock_offsets(receipt: Receipt, window: tuple[int, int]) -> list[float]:
     """Per-update ln(wrapper gap / job-reported step time) inside the window, for updates that have both.
 
     A gap of zero (lines written in one burst) gives -inf, a job step of zero +inf; neither is dropped."""
-    s, e = window
-    stamps: list[float | None] = [receipt.header.get("wall_t") if receipt.header else None]
-    stamps += [u.get("wall_t") for u in receipt.updates]
     out = []
-    for i in range(s, min(e, len(receipt.updates)) + 1):
-        a, b, j = stamps[i - 1], stamps[i], num(receipt.updates[i - 1].get("step_time_s"))
-        if a is None or b is None or not (0 <= j < math.inf):
-            continue
-        w = float(b) - float(a)
-        out.append(math.inf if j == 0 and w > 0 else -math.inf if w <= 0 else math.log(w / j))
+    for i, w in _stamp_gaps(receipt, window):
+        j = num(receipt.updates[i - 1].get("step_time_s"))
+        if 0 <= j < math.inf:
+            out.append(math.inf if j == 0 and w > 0 else -math.inf if w <= 0 else math.log(w / j))
     return out
 
 
