@@ -30,8 +30,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from infrarsi.controller.experience.mechanisms import mechanism_class, value_key
 from infrarsi.controller.experience.records import Environment, Observation
-from infrarsi.controller.experience.retrieval import (Mode, TargetKnob, nonref_settings, passed, scope,
-                                                      target_setting)
+from infrarsi.controller.experience.retrieval import (Mode, TargetKnob, nonref_settings, partner_hypotheses, passed,
+                                                      scope, target_setting)
 
 Requirement = tuple[tuple[str, str], tuple[str, str]]
 
@@ -53,7 +53,8 @@ def _pinned(req: Requirement, by_camp: Mapping[str, Sequence[Observation]],
             environments: Mapping[str, Environment]) -> bool:
     """Whether some crashed observation breaking ``req`` (``by_camp``: observations per campaign) has every
     non-reference setting and every pair of them in a passing observation of its own campaign (no conflict tuple
-    of one or two settings explains it) and no "needs a partner" hypothesis but ``req``'s (:func:`_hypotheses`)."""
+    of one or two settings explains it) and no "needs a partner" hypothesis but ``req``'s
+    (:func:`.retrieval.partner_hypotheses`)."""
     for obs in by_camp.values():
         broke = [o for o in obs if req in o.requirements]
         if not broke:
@@ -63,25 +64,9 @@ def _pinned(req: Requirement, by_camp: Mapping[str, Sequence[Observation]],
             sets = nonref_settings(o, environments.get(o.environment))
             if all(any(set(c) <= p for p in passing)
                    for n in (1, 2) for c in itertools.combinations(sorted(sets), n)) \
-                    and _hypotheses(sets, passing) == {(req[0], req[1][0])}:
+                    and partner_hypotheses(sets, passing) == {(req[0], req[1][0])}:
                 return True
     return False
-
-
-def _hypotheses(sets: frozenset[tuple[str, str]],
-                passing: Sequence[frozenset[tuple[str, str]]]) -> set[tuple[tuple[str, str], str]]:
-    """The "needs a partner" hypotheses a crash of ``sets`` leaves open, by mechanism: ``(s, m)`` with ``s`` in the
-    crash, mechanism ``m`` at its reference in the crash, and every passing run with ``s`` holding ``m`` at some
-    non-reference value.  By mechanism, not value, so that a partner of several values (sequence parallelism needs
-    TP 2 *or* 4, which no one requirement says) still counts as another explanation."""
-    out: set[tuple[tuple[str, str], str]] = set()
-    present = {m for m, _ in sets}
-    for st in sets:
-        with_s = [p for p in passing if st in p]
-        if with_s:
-            mechs = set.intersection(*({m for m, _ in p} for p in with_s))
-            out |= {(st, m) for m in mechs - present if m != st[0]}
-    return out
 
 
 def requirements(observations: Iterable[Observation], environments: Mapping[str, Environment], target: Environment,

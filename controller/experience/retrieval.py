@@ -433,7 +433,10 @@ def _pinned(tup: Sequence[Sequence[str]], observations: Sequence[Observation],
     crash of that campaign containing it has no other tuple of the same size that no passing run of the campaign
     contains.  The source's failure ledger picks one minimal tuple among several when its passing runs cannot
     tell them apart (FP8 beside compile or beside grouped GEMM, in one crash); a known conflict is a hard ban on
-    the target, so only a tuple the source pinned down is carried."""
+    the target, so only a tuple the source pinned down is carried.  A crash that a "needs a partner" hypothesis
+    also fits (:func:`partner_hypotheses`: FP8 crashed without compile, and every passing FP8 run had compile)
+    pins nothing either: its one unseen pair (FP8 beside no activation checkpointing) may be innocent, and as a
+    ban it would keep the target's peak out of reach for the whole campaign."""
     t = _tuple_key(tup)
     camps = {o.campaign for o in observations if any(_tuple_key(c) == t for c in o.conflicts)}
     for camp in sorted(camps):
@@ -446,9 +449,26 @@ def _pinned(tup: Sequence[Sequence[str]], observations: Sequence[Observation],
                 continue
             sets = nonref_settings(o, environments.get(o.environment)) | t
             others = [frozenset(c) for c in itertools.combinations(sorted(sets), len(t)) if frozenset(c) != t]
-            if all(any(c <= p for p in passing) for c in others):
+            if all(any(c <= p for p in passing) for c in others) and not partner_hypotheses(sets, passing):
                 return True
     return False
+
+
+def partner_hypotheses(sets: frozenset[tuple[str, str]],
+                       passing: Sequence[frozenset[tuple[str, str]]]) -> set[tuple[tuple[str, str], str]]:
+    """The "needs a partner" hypotheses a crash of ``sets`` leaves open, by mechanism: ``(s, m)`` with ``s`` in the
+    crash, mechanism ``m`` at its reference in the crash, and every passing run with ``s`` holding ``m`` at some
+    non-reference value (``passing``: the non-reference settings of the campaign's passing runs).  By mechanism,
+    not value, so that a partner of several values (sequence parallelism needs TP 2 *or* 4, which no one
+    requirement says) still counts as another explanation."""
+    out: set[tuple[tuple[str, str], str]] = set()
+    present = {m for m, _ in sets}
+    for st in sets:
+        with_s = [p for p in passing if st in p]
+        if with_s:
+            mechs = set.intersection(*({m for m, _ in p} for p in with_s))
+            out |= {(st, m) for m in mechs - present if m != st[0]}
+    return out
 
 
 def conflicts(observations: Iterable[Observation], environments: Mapping[str, Environment], target: Environment,
@@ -541,5 +561,5 @@ def search_experience(effects: Iterable[Effect], observations: Iterable[Observat
 
 __all__ = ["Coverage", "Grade", "Mode", "MODES", "TargetKnob", "target_knob", "target_knobs", "reference_state",
            "seq_bucket", "param_bucket", "scope", "passed", "target_setting", "nonref_settings", "sign_transfers", "distance", "Retrieved",
-           "retrieve", "knob_grades", "record_sd", "combine", "setting_priors", "conflicts",
+           "retrieve", "knob_grades", "record_sd", "combine", "setting_priors", "conflicts", "partner_hypotheses",
            "search_experience"]

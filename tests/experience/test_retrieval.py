@@ -275,6 +275,25 @@ def test_a_crash_conflict_transfers_as_a_ban_only_when_the_source_pinned_it() ->
                                                                             ["compile", "inductor"]]}]
 
 
+def test_a_crash_a_missing_partner_may_explain_pins_no_conflict() -> None:
+    """The attack on transfer this stops (Gemma 9B L40S -> H200, seeds 14/16/28 of the transfer sweep): FP8 crashed
+    without compile beside no activation checkpointing; every passing FP8 run had compile, and FP8 never passed
+    beside no checkpointing, so that pair was the crash's one unseen pair and was carried as a hard ban, which kept
+    the target's peak (FP8 *with* no checkpointing) out of reach for the whole campaign.  While "FP8 needs compile"
+    also fits the crash, the pair is only a suspect; once passing runs refute every such partner, it is pinned."""
+    crash = {"attention_kernel": "flash", "micro_batch": "8"}  # compile at its reference: "off"
+    tup = (("attention_kernel", "flash"), ("micro_batch", "8"))
+    obs = [_obs("c", crash, None, outcome="crash", conflicts=(tup,)),
+           _obs("a", {"graph_compile": "on", "attention_kernel": "flash"}, 1.0),
+           _obs("b", {"graph_compile": "on", "micro_batch": "8"}, 1.0)]
+    envs = {H20.digest(): H20}
+    assert conflicts(obs, envs, H200, KNOBS, "filtered") == [{"suspect": [["attn_impl", "flash"], ["mbs", 8]]}]
+    obs.append(_obs("d", {"attention_kernel": "flash"}, 1.1))  # flash passes without compile ...
+    assert conflicts(obs, envs, H200, KNOBS, "filtered") == [{"suspect": [["attn_impl", "flash"], ["mbs", 8]]}]
+    obs.append(_obs("e", {"micro_batch": "8"}, 1.1))  # ... and so does micro-batch 8: only the pair is left
+    assert conflicts(obs, envs, H200, KNOBS, "filtered") == [{"conflict": [["attn_impl", "flash"], ["mbs", 8]]}]
+
+
 def test_a_suspect_steers_the_target_ledger_s_first_guess_and_bans_nothing() -> None:
     """The attack on transfer this stops: the source's ambiguous blame (FP8 x grouped GEMM, not provable from its
     passing runs) is dropped, so the target's first FP8 crash is blamed on the most aggressive partner (flash)
