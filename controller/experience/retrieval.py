@@ -471,6 +471,16 @@ def partner_hypotheses(sets: frozenset[tuple[str, str]],
     return out
 
 
+def _never_ran(mech: str, canon: str, o: Observation, env: Environment | None, target: Environment,
+               ran: Mapping[str, set[tuple[str, str]]]) -> bool:
+    """Whether a crash record's setting of a hardware-bound mechanism (:func:`.mechanisms.hardware_bound`, FP8)
+    comes from another GPU SKU where no run of its campaign passed with it: then the crash may be the hardware's
+    (an A100 has no FP8 tensor cores), and its tuple is carried as a suspect however well it was pinned (a ban
+    would keep FP8 from a GPU that runs it; a suspect is tested there once, ``probes.contrarian``)."""
+    return (hardware_bound(mech) and (env is None or env.gpu_sku != target.gpu_sku)
+            and (mech, canon) not in ran.get(o.campaign, set()))
+
+
 def conflicts(observations: Iterable[Observation], environments: Mapping[str, Environment], target: Environment,
               knobs: Sequence[TargetKnob], mode: Mode = "filtered") -> list[dict[str, Any]]:
     """Known conflicts for the search: ``{"conflict": [[knob, value], ...]}`` per minimal conflict tuple that maps
@@ -482,11 +492,16 @@ def conflicts(observations: Iterable[Observation], environments: Mapping[str, En
     other tuples equally implicated (FP8 beside grouped GEMM rather than beside flash).
 
     ``filtered``: only from observations that cover every mechanism of the tuple (for a crash, FP8 counts as an
-    ordinary kernel mechanism: the crash of a kernel combination is the software's, not the SKU's); a conflict of an
+    ordinary kernel mechanism: the crash of a kernel combination is the software's, not the SKU's, except that a
+    crash holding FP8 from another SKU where FP8 never passed is only a suspect, :func:`_never_ran`); a conflict of an
     observation that ran out of memory only when the target has no more memory per GPU than the record's
     environment."""
     by_mech = {k.mechanism: k for k in knobs if k.mechanism}
     observations = list(observations)
+    ran: dict[str, set[tuple[str, str]]] = {}  # per campaign, the (mechanism, canonical value) of passing runs
+    for o in observations:
+        if passed(o):
+            ran.setdefault(o.campaign, set()).update((str(m), str(v)) for m, v in o.canonical.items())
     pinned: dict[frozenset[tuple[str, str]], bool] = {}
     seen: set[tuple] = set()
     out = []
@@ -501,6 +516,9 @@ def conflicts(observations: Iterable[Observation], environments: Mapping[str, En
                     pinned[key] = _pinned(tup, observations, environments)
                 if not pinned[key]:
                     kind = "suspect"
+            if mode == "filtered" and not is_oom and any(_never_ran(str(m), str(v), o, env, target, ran)
+                                                          for m, v in tup):
+                kind = "suspect"
             settings = []
             for mech, canon in tup:
                 setting = target_setting(by_mech, mech, canon)

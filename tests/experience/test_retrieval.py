@@ -250,7 +250,8 @@ def test_fp8_crash_conflict_transfers_across_skus_not_its_sign() -> None:
     crash = (("low_precision_gemm", "on"), ("graph_compile", "on"))
     oom = (("low_precision_gemm", "on"), ("micro_batch", "8"))
     obs = [_obs("c1", {}, None, H20, outcome="crash", conflicts=(crash,)),
-           _obs("o1", {}, None, H20, outcome="oom", conflicts=(oom,), shortfall=2.0)]
+           _obs("o1", {}, None, H20, outcome="oom", conflicts=(oom,), shortfall=2.0),
+           _obs("p1", {"low_precision_gemm": "on"}, 1.0, H20)]  # FP8 runs on the H20: the crash is the software's
     got = conflicts(obs, {H20.digest(): H20}, H200, knobs, "filtered")
     assert got == [{"conflict": [["compile", "inductor"], ["fp8", True]]}]
     (p,) = setting_priors(retrieve([effect("low_precision_gemm", "on", 0.1, H20)], H200, knobs), {})
@@ -273,6 +274,33 @@ def test_a_crash_conflict_transfers_as_a_ban_only_when_the_source_pinned_it() ->
     obs.append(_obs("b", {"attention_kernel": "flash", "micro_batch": "8"}, 1.0))
     assert conflicts(obs, envs, H200, KNOBS, "filtered") == [{"conflict": [["attn_impl", "flash"],
                                                                             ["compile", "inductor"]]}]
+
+
+def test_an_fp8_crash_from_a_sku_where_fp8_never_ran_is_only_a_suspect() -> None:
+    """The attack on transfer this stops: an A100 has no FP8 tensor cores, so every FP8 run of an A100 campaign
+    crashes, and one that added FP8 alone to a passing run pins FP8 as the cause.  Carried to an H100 as a ban,
+    it would keep FP8 (a real lever there) out of the search for good.  From a SKU where FP8 never passed the
+    crash may be the hardware's: a suspect, which the H100 tests once.  On the same SKU, or once FP8 passed on the
+    source's, it is a ban as before."""
+    knobs = KNOBS + target_knobs([{"name": "fp8", "values": [False, True], "reference": False,
+                                   "mechanism": "low_precision_gemm", "canonical": {"False": "off", "True": "on"}}])
+    a100 = Environment(gpu_sku="A100", gpu_mem_gib=80.0, gpus_per_node=8, nodes=1, interconnect="nvlink",
+                       framework="torch", model_family="gpt", params=7e9, seq_len=4096, parallel="tp1-pp1-dp8",
+                       reference_state=REF_STATE)
+    envs = {a100.digest(): a100}
+    fp8 = (("low_precision_gemm", "on"),)
+    obs = [_obs("p1", {"graph_compile": "on"}, 1.0, a100),
+           _obs("c1", {"graph_compile": "on", "low_precision_gemm": "on"}, None, a100, outcome="crash",
+                conflicts=(fp8,))]
+    assert conflicts(obs, envs, H200, knobs, "filtered") == [{"suspect": [["fp8", True]]}]
+    assert conflicts(obs, envs, a100, knobs, "filtered") == [{"conflict": [["fp8", True]]}]  # same SKU: a ban
+    assert conflicts(obs, envs, H200, knobs, "all") == [{"conflict": [["fp8", True]]}]
+    # FP8 ran on that A100 after all (a newer driver), so its ledger blamed the pair: a software fact, a ban
+    pair = (("graph_compile", "on"), ("low_precision_gemm", "on"))
+    obs = [obs[0], _obs("p2", {"low_precision_gemm": "on"}, 1.1, a100),
+           _obs("c1", {"graph_compile": "on", "low_precision_gemm": "on"}, None, a100, outcome="crash",
+                conflicts=(pair,))]
+    assert conflicts(obs, envs, H200, knobs, "filtered") == [{"conflict": [["compile", "inductor"], ["fp8", True]]}]
 
 
 def test_a_crash_a_missing_partner_may_explain_pins_no_conflict() -> None:
