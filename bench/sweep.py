@@ -63,7 +63,9 @@ DIRECTIONS = tuple((a, b) for x, y in (("transfer_h20_gpt7b", "transfer_h200_gpt
                                        ("transfer_h20_neox20b", "transfer_h100_neox20b"),
                                        ("transfer_h20_yi34b", "transfer_h200_yi34b"),
                                        ("transfer_a100_phi14b", "transfer_h100_phi14b"),
-                                       ("transfer_h200_gemma9b", "transfer_l40s_gemma9b")) for a, b in ((x, y), (y, x)))
+                                       ("transfer_h200_gemma9b", "transfer_l40s_gemma9b"),
+                                       ("transfer_a100_starcoder15b", "transfer_h100_starcoder15b"))
+                   for a, b in ((x, y), (y, x)))
 
 
 def _one_transfer(args: tuple[str, str, int, int]) -> list[tuple[str, dict]]:
