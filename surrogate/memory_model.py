@@ -22,6 +22,15 @@ N(0, (0.5 C)^2); priors from the experience bank enter through ``prior_mean``
 centre comes from the data (the median exact peak; else 0.95 C if only
 near-cap rows; else C if only OOM rows; else 0.5 C).
 
+Log scale (``log_scale=True``): the same model of ln m, for settings that
+scale memory rather than add to it (activation memory is micro-batch x
+recompute share / (TP x CP) x the attention kernel's factor).  y, the
+capacity and the near-cap interval are taken to logs, sigma_obs is
+``sigma_obs_frac`` (a relative error), the default prior SDs are 0.5 and 1
+(factors of e^0.5 and e), and ``predict`` answers in ln GiB.
+``log_evidence`` (Laplace, with the log scale's Jacobian) compares the two
+forms on the same data.
+
 The MAP estimate is found by damped Newton steps (backtracking line search
 on the log posterior, which is concave because every term is log-concave),
 and the Laplace approximation (inverse negative Hessian at the MAP, held as a
@@ -87,9 +96,9 @@ def _log_interval(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _censored_terms(
-    mu: np.ndarray, y: np.ndarray, is_oom: np.ndarray, C: float, sigma: float
+    mu: np.ndarray, y: np.ndarray, is_oom: np.ndarray, lo: float, hi: float, sigma: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Log-likelihood, d/dmu and d2/dmu2 of the censored rows (oom and near_cap)."""
+    """Log-likelihood, d/dmu and d2/dmu2 of the censored rows (oom, and near_cap in [lo, hi])."""
     ll = np.empty_like(mu)
     g = np.empty_like(mu)
     h = np.empty_like(mu)
@@ -102,8 +111,8 @@ def _censored_terms(
         h[is_oom] = -np.clip(lam * (z + lam), 0.0, 1.0) / sigma**2
     near = ~is_oom
     if np.any(near):
-        a = (NEAR_CAP_LOW * C - mu[near]) / sigma
-        b = (C - mu[near]) / sigma
+        a = (lo - mu[near]) / sigma
+        b = (hi - mu[near]) / sigma
         lz = _log_interval(a, b)
         pa = np.exp(_log_phi(a) - lz)
         pb = np.exp(_log_phi(b) - lz)
@@ -125,6 +134,8 @@ class TobitMemoryModel:
         prior_var: feature prior variances in GiB^2, same conventions
             (None: (0.5 C)^2 per feature, C^2 for the intercept).
         sigma_obs_frac: sigma_obs / C (paper: 0.02).
+        log_scale: model log peak instead of peak (see "Log scale" in the
+            module docstring).
         max_iter, tol: Newton iteration cap and convergence threshold on the
             Newton decrement (log-posterior units).
 
@@ -140,13 +151,20 @@ class TobitMemoryModel:
         sigma_obs_frac: float = 0.02,
         max_iter: int = 100,
         tol: float = 1e-10,
+        log_scale: bool = False,
     ) -> None:
         if not (math.isfinite(capacity_gib) and capacity_gib > 0):
             raise SurrogateError(f"capacity_gib: must be finite and > 0, got {capacity_gib!r}")
         if not (math.isfinite(sigma_obs_frac) and sigma_obs_frac > 0):
             raise SurrogateError(f"sigma_obs_frac: must be > 0, got {sigma_obs_frac!r}")
         self.capacity_gib = float(capacity_gib)
-        self.sigma_obs = sigma_obs_frac * self.capacity_gib
+        self.log_scale = bool(log_scale)
+        #: the model's unit: GiB scale of C (linear) or 1 (log); default prior SDs and sigma_obs are in it
+        self._unit = 1.0 if self.log_scale else self.capacity_gib
+        #: the capacity and the near-cap interval's lower edge, in model units
+        self._hi = self._to_model(self.capacity_gib)
+        self._lo = self._to_model(NEAR_CAP_LOW * self.capacity_gib)
+        self.sigma_obs = sigma_obs_frac * self._unit
         self.max_iter = int(max_iter)
         self.tol = float(tol)
         self._prior_mean_arg = prior_mean
@@ -159,6 +177,9 @@ class TobitMemoryModel:
         self.converged_ = False
         self.n_obs_ = 0
         self.log_posterior_ = float("nan")
+
+    def _to_model(self, gib: float) -> float:
+        return math.log(gib) if self.log_scale else gib
 
     # ----------------------------------------------------------------- priors
     def _resolve_prior(
@@ -173,19 +194,19 @@ class TobitMemoryModel:
         ``args`` is a (prior_mean, prior_var) pair in the constructor's
         conventions; default: the prior currently in force.
         """
-        C = self.capacity_gib
+        U = self._unit
         exact = kinds == 0
         if np.any(exact):
             centre = float(np.median(y[exact]))
         elif np.any(kinds == 2):
-            centre = 0.5 * (1.0 + NEAR_CAP_LOW) * C
+            centre = 0.5 * (self._lo + self._hi)
         elif np.any(kinds == 1):
-            centre = C
+            centre = self._hi
         else:
-            centre = 0.5 * C
+            centre = self._to_model(0.5 * self.capacity_gib)
         m0 = np.zeros(d + 1)
-        v0 = np.full(d + 1, (0.5 * C) ** 2)
-        m0[0], v0[0] = centre, C * C
+        v0 = np.full(d + 1, (0.5 * U) ** 2)
+        m0[0], v0[0] = centre, U * U
         mean_arg, var_arg = (self._prior_mean_arg, self._prior_var_arg) if args is None else args
         for arg, target, name, positive in (
             (mean_arg, m0, "prior_mean", False),
@@ -209,7 +230,7 @@ class TobitMemoryModel:
         self._prior_mean_arg = prior_mean
         self._prior_var_arg = prior_var
         if self._d is not None:
-            self.fit(self._X, self._y, [KINDS[k] for k in self._kinds])
+            self.fit(self._X, self._y_gib, [KINDS[k] for k in self._kinds])
         return self
 
     @single_threaded
@@ -229,14 +250,15 @@ class TobitMemoryModel:
         Raises: SurrogateError if the model has not been fitted.
         """
         self._require_fit()
-        d, C = int(self._d or 0), self.capacity_gib
+        d, U = int(self._d or 0), self._unit
         m_decl, v_decl = self._resolve_prior(d, self._y, self._kinds, self._declared)
-        vague = TobitMemoryModel(C, np.r_[m_decl[0], np.zeros(d)], np.r_[v_decl[0], np.full(d, 4 * C * C)],
-                                 sigma_obs_frac=self.sigma_obs / C)
-        vague.fit(self._X, self._y, [KINDS[k] for k in self._kinds])
+        vague = TobitMemoryModel(self.capacity_gib, np.r_[m_decl[0], np.zeros(d)],
+                                 np.r_[v_decl[0], np.full(d, 4 * U * U)],
+                                 sigma_obs_frac=self.sigma_obs / U, log_scale=self.log_scale)
+        vague.fit(self._X, self._y_gib, [KINDS[k] for k in self._kinds])
         est, sd = vague.coef_mean, vague.coef_sd
         rev = empirical_bayes_revision(
-            m_decl[1:], np.sqrt(v_decl[1:]), est, sd * sd, sd < C,
+            m_decl[1:], np.sqrt(v_decl[1:]), est, sd * sd, sd < U,
             sigma_min=self.sigma_obs, min_informed=min_informed, max_slope=max_slope,
         )
         decl_mean = self._declared[0]
@@ -291,7 +313,12 @@ class TobitMemoryModel:
         needs_y = kinds != 2
         if not np.all(np.isfinite(yv[needs_y])):
             raise SurrogateError("y: exact and oom rows need finite values")
-        yv = np.where(needs_y, yv, 0.0)
+        if self.log_scale and not np.all(yv[needs_y] > 0):
+            raise SurrogateError("y: a log-scale model needs exact and oom values > 0")
+        y_gib = np.where(needs_y, yv, np.nan)
+        yv = np.where(needs_y, yv, 1.0)
+        if self.log_scale:
+            yv = np.log(yv)
 
         warm = self._theta if (warm_start and self._d == d) else None
         m0, v0 = self._resolve_prior(d, yv, kinds)
@@ -299,7 +326,7 @@ class TobitMemoryModel:
             np.hstack([np.ones((n, 1)), A]), yv, kinds, m0, v0, warm
         )
         # commit the new state only once everything has succeeded
-        self._X, self._y, self._kinds, self._d = A, yv, kinds, d
+        self._X, self._y, self._y_gib, self._kinds, self._d = A, yv, y_gib, kinds, d
         self._m0, self._v0 = m0, v0
         self._theta, self._L = theta, L
         self.n_obs_, self.n_iter_, self.converged_, self.log_posterior_ = n, n_iter, converged, logpost
@@ -320,7 +347,7 @@ class TobitMemoryModel:
         iterations, converged, log posterior at theta_map).
         """
         s2 = self.sigma_obs**2
-        C = self.capacity_gib
+        lo, hi = self._lo, self._hi
         p0 = 1.0 / v0
         ex = kinds == 0
         Ze, ye = Z[ex], y[ex]
@@ -336,7 +363,7 @@ class TobitMemoryModel:
             f = -0.5 * float(r @ r) / s2 - 0.5 * float(p0 @ (dm * dm))
             mu_c = Zc @ theta
             if mu_c.size:
-                f += float(_censored_terms(mu_c, yc, is_oom, C, self.sigma_obs)[0].sum())
+                f += float(_censored_terms(mu_c, yc, is_oom, lo, hi, self.sigma_obs)[0].sum())
             return f, mu_c
 
         # Start: the exact-rows-only posterior mode (closed form), or the warm start.
@@ -354,7 +381,7 @@ class TobitMemoryModel:
             grad = be - He @ theta
             H = He.copy()
             if mu_c.size:
-                _, g, h = _censored_terms(mu_c, yc, is_oom, C, self.sigma_obs)
+                _, g, h = _censored_terms(mu_c, yc, is_oom, lo, hi, self.sigma_obs)
                 grad += Zc.T @ g
                 H += (Zc.T * (-h)) @ Zc
             L = chol_lower(H)
@@ -378,7 +405,7 @@ class TobitMemoryModel:
             grad = be - He @ theta
             H = He.copy()
             if mu_c.size:
-                _, g, h = _censored_terms(mu_c, yc, is_oom, C, self.sigma_obs)
+                _, g, h = _censored_terms(mu_c, yc, is_oom, lo, hi, self.sigma_obs)
                 H += (Zc.T * (-h)) @ Zc
             L = chol_lower(H)
         return theta, L, it, converged, f
@@ -390,7 +417,7 @@ class TobitMemoryModel:
 
     @single_threaded
     def predict(self, X: ArrayLike, include_noise: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """Predicted per-GPU peak memory for each row of X.
+        """Predicted per-GPU peak memory for each row of X, in model units (GiB, or ln GiB on the log scale).
 
         Args:
             X: m-by-d feature matrix (a 1-D vector is one row).
@@ -415,8 +442,24 @@ class TobitMemoryModel:
         Uses the Laplace predictive N(mean, sd^2 + sigma_obs^2).
         """
         mean, sd = self.predict(X, include_noise=True)
-        limit = self.capacity_gib if limit_gib is None else float(limit_gib)
+        limit = self._hi if limit_gib is None else self._to_model(float(limit_gib))
         return ndtr((limit - mean) / sd)
+
+    @property
+    def log_evidence(self) -> float:
+        """Laplace approximation of ln p(y | model), as a density of the peaks in GiB.
+
+        On the log scale the exact rows' Jacobian (-sum ln y) is included, so the evidences of a linear and a
+        log-scale model of the same data are comparable (a Bayes factor).  Censored rows are probabilities and
+        need none."""
+        self._require_fit()
+        exact = self._kinds == 0
+        n_e = int(exact.sum())
+        z = self.log_posterior_ - n_e * (math.log(self.sigma_obs) + _LOG_SQRT_2PI)
+        z -= 0.5 * float(np.log(self._v0).sum()) + float(np.log(np.diag(self._L)).sum())
+        if self.log_scale:
+            z -= float(self._y[exact].sum())
+        return z
 
     # ------------------------------------------------------------ inspection
     @property

@@ -59,6 +59,7 @@ DEFAULT_TUNING: dict[str, Any] = {
     "pool_sample": 4000,         # otherwise sample this many per ask
     "exclude_after": 3,          # distinct saver sets an OOM spender may fail with
     "reference_peak_mem_gib": None,
+    "memory_forms": "additive",  # "additive", or "mixture": also a multiplicative form, weighted by evidence
     "known_conflicts": (),       # tuples of (knob, value) settings known to conflict
     "patch_priors": None,        # {patch: predicted log-gain} (shrunk by patch_kappa)
     "patch_replaces": None,      # {patch: [patches]}: a completion of those patches, tried in their place
@@ -139,7 +140,8 @@ class SearchController:
                                         if s in self.fmap.index})
         mem_priors = {(r["knob"], r["value"]): (float(r["mem_gib"]), float(r.get("mem_sd") or 0.0))
                       for r in self.experience if "knob" in r and r.get("mem_gib") is not None}
-        self.mem = MemoryModel(space, self.fmap, self.capacity, self.tune["reference_peak_mem_gib"], mem_priors)
+        self.mem = MemoryModel(space, self.fmap, self.capacity, self.tune["reference_peak_mem_gib"], mem_priors,
+                               forms=str(self.tune["memory_forms"]))
         self.history: list[tuple[Candidate, Outcome]] = []
         self.told: set[Candidate] = set()
         self.outstanding: dict[Candidate, None] = {}

@@ -4,7 +4,8 @@ trial history, and answers batched predictions.
 
 Time target: ``y = ln(T0 / T)`` over :class:`FeatureMap` indicators (no
 intercept).  Memory target: peak GiB over the singles with a fitted intercept (the
-the reference's peak memory).
+reference's peak memory), as an evidence-weighted average of an additive and
+a multiplicative form (:class:`MemoryModel`).
 """
 
 from __future__ import annotations
@@ -114,12 +115,29 @@ class TimeModel:
 
 
 class MemoryModel:
-    """Censored peak-memory model over the single indicators (intercept = reference peak); falls back to the prior before any data."""
+    """Censored peak-memory model over the single indicators (intercept = reference peak); falls back to the
+    priors before any data.  ``forms="additive"`` (the default): each setting adds GiB.  ``forms="mixture"``: a
+    Bayesian average of that form and a multiplicative one (each setting scales the peak; the Tobit model of
+    ln GiB), weighted by their Laplace evidence.  Not the default: over the benchmark it was a wash (session 22
+    in ``bench/RESULTS.md``: 47 against 46 search cells hold, 11 against 12 transfer directions).
+
+    Why both: weights, gradients and optimizer state add; activation memory multiplies (micro-batch x recompute
+    share / (TP x CP) x the attention kernel's factor).  Under the additive form alone a start of TP2 + no
+    recompute + flash is predicted at the sum of its settings' deltas at the reference, about twice what it
+    uses; under the multiplicative form alone, settings that add a fixed buffer are overstated beside TP.  The
+    data choose: each form's evidence is a density of the same peaks (GiB), so their ratio is a Bayes factor,
+    and one trial that combines two memory levers usually decides it."""
 
     def __init__(self, space: SearchSpace, fmap: FeatureMap, capacity_gib: float, ref_mem_gib: float | None,
-                 mem_priors: Mapping[tuple[str, Any], tuple[float, float]] | None = None):
+                 mem_priors: Mapping[tuple[str, Any], tuple[float, float]] | None = None, forms: str = "additive"):
         """``mem_priors``: (knob, value) -> (GiB delta, SD) from retrieved experience; they replace the knob's
-        stated ``mem_prior_gib`` (the SD never below 3% of capacity or half the delta)."""
+        stated ``mem_prior_gib`` (the SD never below 3% of capacity or half the delta).  Each GiB prior (a
+        delta at the reference) is carried to the log form as the ratio it implies at the reference peak.
+
+        Raises: ValueError for an unknown ``forms``."""
+        if forms not in MEMORY_FORMS:
+            raise ValueError(f"memory_forms: must be one of {MEMORY_FORMS}, got {forms!r}")
+        self.forms = forms
         self.fmap = fmap
         self.capacity = float(capacity_gib)
         n = len(fmap.singles)
@@ -138,35 +156,100 @@ class MemoryModel:
                     m, s = mem_priors[(name, value)]
                 mu[i + 1], sd[i + 1] = m, max(0.03 * self.capacity, 0.5 * abs(m), s)
         self.prior_mu, self.prior_var = mu, sd * sd
+        self.log_prior_mu, self.log_prior_var = _log_prior(mu, sd)
         self.obs_sd = 0.02 * self.capacity
         self.model = None
+        self.log_model = None
+        #: posterior weight of the additive form (the prior weight before any data)
+        self.w_additive = self._prior_weight()
+
+    def _prior_weight(self) -> float:
+        return ADDITIVE_PRIOR_WEIGHT if self.forms == "mixture" else 1.0
 
     def design(self, X: np.ndarray) -> np.ndarray:
         return X[:, : len(self.fmap.singles)]
 
     def refit(self, X: np.ndarray, y: np.ndarray, kind: Sequence[str]) -> None:
         if not len(y):
-            self.model = None
+            self.model = self.log_model = None
+            self.w_additive = self._prior_weight()
             return
         from infrarsi.surrogate.memory_model import TobitMemoryModel  # imported lazily: optional until fitted
+        D, yv = self.design(X), np.asarray(y, dtype=float)
         self.model = TobitMemoryModel(self.capacity, prior_mean=self.prior_mu, prior_var=self.prior_var).fit(
-            self.design(X), np.asarray(y, dtype=float), list(kind))
+            D, yv, list(kind))
+        if self.forms == "additive":
+            return
+        floor = 1e-3 * self.capacity
+        self.log_model = TobitMemoryModel(self.capacity, prior_mean=self.log_prior_mu,
+                                          prior_var=self.log_prior_var, log_scale=True).fit(
+            D, np.where(np.isfinite(yv), np.maximum(yv, floor), yv), list(kind))
+        gap = self.log_model.log_evidence - self.model.log_evidence
+        prior_odds = math.log(ADDITIVE_PRIOR_WEIGHT / (1.0 - ADDITIVE_PRIOR_WEIGHT))
+        self.w_additive = float(stable(1.0 / (1.0 + math.exp(min(700.0, gap - prior_odds)))))
+
+    def _forms(self, X: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """((mean, sd) GiB of the additive form, (mean, sd) ln GiB of the log form) per row, without noise; the
+        log form is all zeros when it has no weight."""
+        D = self.design(X)
+        if self.w_additive == 1.0:
+            zero = np.zeros(D.shape[0])
+            if self.model is None:
+                return (self.prior_mu[0] + D @ self.prior_mu[1:],
+                        np.sqrt(self.prior_var[0] + D * D @ self.prior_var[1:])), (zero, zero)
+            return self.model.predict(D), (zero, zero)
+        if self.model is None:
+            add = (self.prior_mu[0] + D @ self.prior_mu[1:], np.sqrt(self.prior_var[0] + D * D @ self.prior_var[1:]))
+            log = (self.log_prior_mu[0] + D @ self.log_prior_mu[1:],
+                   np.sqrt(self.log_prior_var[0] + D * D @ self.log_prior_var[1:]))
+            return add, log
+        assert self.log_model is not None
+        return self.model.predict(D), self.log_model.predict(D)
 
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        D = self.design(X)
-        if self.model is None:
-            mean = self.prior_mu[0] + D @ self.prior_mu[1:]
-            sd = np.sqrt(self.prior_var[0] + D * D @ self.prior_var[1:])
-            return stable(mean), stable(sd)
-        mean, sd = self.model.predict(D)
-        return stable(mean), stable(sd)
+        """(mean, sd) GiB per row: the moments of the two forms' mixture (the log form at its median, with the
+        delta-method SD)."""
+        (ma, sa), (ml, sl) = self._forms(X)
+        w = self.w_additive
+        if w == 1.0:
+            return stable(ma), stable(sa)
+        gl = np.exp(ml)
+        mean = w * ma + (1.0 - w) * gl
+        second = w * (sa * sa + ma * ma) + (1.0 - w) * (gl * gl * (1.0 + sl * sl))
+        return stable(mean), stable(np.sqrt(np.maximum(second - mean * mean, 0.0)))
 
     def p_feasible(self, X: np.ndarray) -> np.ndarray:
-        """P(peak <= capacity) under the predictive distribution (parameter + observation noise)."""
-        if self.model is not None:
-            return stable(self.model.p_feasible(self.design(X)))
-        mean, sd = self.predict(X)
-        return stable(norm.cdf((self.capacity - mean) / np.sqrt(sd * sd + self.obs_sd ** 2)))
+        """P(peak <= capacity) under the predictive distribution (parameter + observation noise), averaged over
+        the two forms."""
+        (ma, sa), (ml, sl) = self._forms(X)
+        pa = norm.cdf((self.capacity - ma) / np.sqrt(sa * sa + self.obs_sd ** 2))
+        if self.w_additive == 1.0:
+            return stable(pa)
+        pl = norm.cdf((math.log(self.capacity) - ml) / np.sqrt(sl * sl + LOG_OBS_SD ** 2))
+        return stable(self.w_additive * pa + (1.0 - self.w_additive) * pl)
+
+
+#: the values of the ``memory_forms`` tuning key
+MEMORY_FORMS = ("additive", "mixture")
+#: prior weight of the additive memory form under ``forms="mixture"`` (the rest goes to the multiplicative one)
+ADDITIVE_PRIOR_WEIGHT = 0.5
+#: the log form's observation SD (a relative error; the additive form's is 2% of capacity)
+LOG_OBS_SD = 0.02
+
+
+def _log_prior(mu: np.ndarray, sd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The log form's prior (mean, variance) from the additive one's (GiB): the intercept ln(base) with SD
+    sd/base; a setting's delta m +- s the ratio ln((base + m) / base), its SD half the log width of
+    [base + m - s, base + m + s] (both ends floored at 5% of base)."""
+    base = float(mu[0])
+    lmu, lsd = np.zeros_like(mu), np.zeros_like(sd)
+    lmu[0], lsd[0] = math.log(base), float(sd[0]) / base
+    floor = 0.05 * base
+    for i in range(1, len(mu)):
+        m, s = float(mu[i]), float(sd[i])
+        lmu[i] = math.log(max(base + m, floor) / base)
+        lsd[i] = max(0.5 * (math.log(max(base + m + s, floor)) - math.log(max(base + m - s, floor))), 0.01)
+    return lmu, lsd * lsd
 
 
 def memory_rows(history: Sequence[tuple[Candidate, Outcome]], capacity: float) -> tuple[list[int], list[float], list[str]]:

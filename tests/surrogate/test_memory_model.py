@@ -276,3 +276,53 @@ def test_rejected_refit_keeps_the_previous_posterior(censored_history) -> None:
     after = model.predict(X[:5])
     np.testing.assert_array_equal(before[0], after[0])
     assert model.n_obs_ == len(y)
+
+
+def _multiplicative_history(rng: np.random.Generator, n: int = 40):
+    """Peaks that scale: ref 40 GiB, three settings multiplying it by 2.2, 0.55 and 0.8 (2% relative noise);
+    OOM rows (the first setting without the second) record the true requirement."""
+    X = (rng.random((n, 3)) < 0.4).astype(float)
+    m = 40.0 * np.exp(X @ np.log([2.2, 0.55, 0.8]) + rng.normal(0, 0.02, n))
+    kind = np.where(m > C, "oom", "exact")
+    return X, m, kind
+
+
+def test_log_scale_recovers_ratios_and_bounds_oom_rows() -> None:
+    X, m, kind = _multiplicative_history(np.random.default_rng(3))
+    assert (kind == "oom").any()
+    mm = TobitMemoryModel(C, log_scale=True).fit(X, m, kind)
+    np.testing.assert_allclose(np.exp(mm.coef_mean), [2.2, 0.55, 0.8], rtol=0.05)
+    assert abs(np.exp(mm.intercept) - 40.0) < 2.0
+    # all three on: 40 x 2.2 x 0.55 x 0.8 = 38.7 GiB fits; the first alone (88 GiB) does not; limits are in GiB
+    p = mm.p_feasible(np.array([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]]))
+    assert p[0] > 0.99 and p[1] < 0.01
+    assert mm.p_feasible(np.array([[1.0, 1.0, 1.0]]), limit_gib=36.0)[0] < 0.05
+
+
+def test_log_evidence_prefers_the_form_that_made_the_data() -> None:
+    """The Bayes factor between the linear and the log-scale model picks the one the peaks came from."""
+    rng = np.random.default_rng(5)
+    X, m, kind = _multiplicative_history(rng)
+    lin, log = TobitMemoryModel(C).fit(X, m, kind), TobitMemoryModel(C, log_scale=True).fit(X, m, kind)
+    assert log.log_evidence > lin.log_evidence + 5
+    beta = np.array([20.0, -12.0, -5.0])
+    Xa, ya, ka, _ = simulate(rng, 40, beta, 40.0, p=0.4)
+    lin, log = TobitMemoryModel(C).fit(Xa, ya, ka), TobitMemoryModel(C, log_scale=True).fit(Xa, ya, ka)
+    assert lin.log_evidence > log.log_evidence + 5
+
+
+def test_log_evidence_matches_numerical_integration_on_one_parameter() -> None:
+    """With only an intercept, the Laplace evidence of exact rows is (nearly) the exact Gaussian marginal."""
+    y = np.array([41.0, 39.5, 40.2])
+    mm = TobitMemoryModel(C, prior_mean=np.array([40.0]), prior_var=np.array([4.0])).fit(np.zeros((3, 0)), y,
+                                                                                         ["exact"] * 3)
+    cov = 4.0 * np.ones((3, 3)) + SIG**2 * np.eye(3)
+    sign, logdet = np.linalg.slogdet(cov)
+    r = y - 40.0
+    exact = -0.5 * (r @ np.linalg.solve(cov, r) + logdet + 3 * np.log(2 * np.pi))
+    assert abs(mm.log_evidence - exact) < 1e-6
+
+
+def test_log_scale_refuses_non_positive_peaks() -> None:
+    with pytest.raises(SurrogateError, match="log-scale model needs"):
+        TobitMemoryModel(C, log_scale=True).fit(np.zeros((1, 1)), [0.0], ["exact"])

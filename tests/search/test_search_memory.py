@@ -1,0 +1,101 @@
+"""The search's memory model (controller/search/models.py MemoryModel): the additive default, and the optional
+evidence-weighted mixture with a multiplicative form (tuning key ``memory_forms``)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from infrarsi.controller.search.features import FeatureMap
+from infrarsi.controller.search.landscape import Landscape, load_landscape
+from infrarsi.controller.search.models import MemoryModel, memory_rows
+from infrarsi.controller.search.space import Candidate
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _candidates(land: Landscape) -> list[Candidate]:
+    knobs = land.space.knobs
+    out = []
+    for values in itertools.product(*(k.values for k in knobs)):
+        d = {k.name: v for k, v in zip(knobs, values)}
+        if land.space.legal(d):
+            out.append(Candidate.from_dict(d, frozenset()))
+    return out
+
+
+def _fitted(land: Landscape, forms: str, n_told: int, seed: int = 0) -> tuple[MemoryModel, FeatureMap, list]:
+    """A model told the reference, every one-knob switch and ``n_told`` random configurations (their true peaks
+    or OOM requirements); also returns the configurations it was not told."""
+    space = land.space
+    fmap = FeatureMap(space)
+    ref = space.reference()
+    ref_mem = float(land.truth(ref)["peak_mem_gib"])
+    mm = MemoryModel(space, fmap, land.capacity_gib, ref_mem, forms=forms)
+    singles = [ref] + [Candidate.from_dict({**ref.as_dict(), k.name: v}, frozenset())
+                       for k in space.knobs for v in k.values if v != k.reference]
+    rest = [c for c in _candidates(land) if c not in set(singles)]
+    rng = np.random.default_rng(seed)
+    told_idx = set(rng.choice(len(rest), n_told, replace=False).tolist())
+    told = singles + [rest[i] for i in sorted(told_idx)]
+    history = [(c, land.to_outcome(land.truth(c))) for c in told]
+    history = [(c, o) for c, o in history if o.status in ("ok", "oom")]
+    idx, y, kind = memory_rows(history, land.capacity_gib)
+    mm.refit(fmap.encode([history[i][0] for i in idx]), np.array(y), kind)
+    unseen = [c for i, c in enumerate(rest) if i not in told_idx]
+    return mm, fmap, unseen
+
+
+def _truth_mem(land: Landscape, cands: list[Candidate]) -> np.ndarray:
+    out = []
+    for c in cands:
+        r = land.truth(c)
+        out.append(r["peak_mem_gib"] if r["status"] == "ok" else r.get("requested_gib", np.nan))
+    return np.array(out, dtype=float)
+
+
+def test_the_default_is_the_additive_form_alone():
+    land = load_landscape(ROOT / "bench/landscapes/transfer_h100_starcoder15b.py")
+    mm, fmap, unseen = _fitted(land, "additive", 4)
+    assert mm.w_additive == 1.0 and mm.log_model is None
+    X = fmap.encode(unseen[:50])
+    mean, sd = mm.model.predict(mm.design(X))
+    got_mean, got_sd = mm.predict(X)
+    np.testing.assert_allclose(got_mean, mean, atol=1e-8)
+    np.testing.assert_allclose(got_sd, sd, atol=1e-8)
+
+
+def test_the_mixture_turns_multiplicative_where_activation_memory_scales():
+    """StarCoder: activation memory = micro-batch x recompute share / (TP x CP) x flash factor.  A few combined
+    trials give the log form the evidence, and its predictions of untried configurations beat the additive
+    form's (which sums each setting's delta at the reference)."""
+    land = load_landscape(ROOT / "bench/landscapes/transfer_h100_starcoder15b.py")
+    mix, fmap, unseen = _fitted(land, "mixture", 6)
+    add, _, _ = _fitted(land, "additive", 6)
+    assert mix.w_additive < 0.05
+    truth = _truth_mem(land, unseen)
+    ok = np.isfinite(truth)
+    X = fmap.encode([c for c, k in zip(unseen, ok) if k])
+    err_mix = np.abs(mix.predict(X)[0] - truth[ok]).mean()
+    err_add = np.abs(add.predict(X)[0] - truth[ok]).mean()
+    assert err_mix < 0.75 * err_add
+    fits = truth[ok] <= land.capacity_gib
+    wrong_mix = ((mix.p_feasible(X) >= 0.5) != fits).mean()
+    wrong_add = ((add.p_feasible(X) >= 0.5) != fits).mean()
+    assert wrong_mix < wrong_add
+
+
+def test_the_mixture_stays_additive_where_memory_adds():
+    """GPT on the H200: every setting adds a fixed number of GiB; the additive form keeps the weight."""
+    land = load_landscape(ROOT / "bench/landscapes/transfer_h200_gpt7b.py")
+    mix, _, _ = _fitted(land, "mixture", 6)
+    assert mix.w_additive > 0.99
+
+
+def test_an_unknown_form_is_refused_by_name():
+    land = load_landscape(ROOT / "bench/landscapes/transfer_h200_gpt7b.py")
+    with pytest.raises(ValueError, match="memory_forms: must be one of"):
+        MemoryModel(land.space, FeatureMap(land.space), land.capacity_gib, 60.0, forms="quadratic")
