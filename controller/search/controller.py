@@ -60,6 +60,7 @@ DEFAULT_TUNING: dict[str, Any] = {
     "exclude_after": 3,          # distinct saver sets an OOM spender may fail with
     "reference_peak_mem_gib": None,
     "memory_forms": "additive",  # "additive", or "mixture": also a multiplicative form, weighted by evidence
+    "memory_pairs": False,       # admit memory interaction features when a told peak misses the prediction
     "known_conflicts": (),       # tuples of (knob, value) settings known to conflict
     "patch_priors": None,        # {patch: predicted log-gain} (shrunk by patch_kappa)
     "patch_replaces": None,      # {patch: [patches]}: a completion of those patches, tried in their place
@@ -409,6 +410,7 @@ class SearchController:
         """
         self.space.check(cand)
         prev_pred = float(self.predict([cand])[0][0])
+        prev_mem = self.mem.predict(self.fmap.encode([cand])) if self.tune["memory_pairs"] else None
         self.outstanding.pop(cand, None)
         self.history.append((cand, outcome))
         self.told.add(cand)
@@ -421,6 +423,8 @@ class SearchController:
         if outcome.status != "ok" and not blame.startswith("patch") and self.tune["prior_revision"]:
             self._maybe_trigger_revision(sets)
         self._refit()
+        if prev_mem is not None:
+            self._maybe_add_memory_pairs(cand, outcome, float(prev_mem[0][0]), float(prev_mem[1][0]))
         if outcome.status == "ok":
             self._maybe_add_pairs(cand, outcome)
         improved = False
@@ -494,6 +498,17 @@ class SearchController:
         self.time.refit(self.fmap.encode(cands), y)
         idx, my, kind = memory_rows(self.history, self.capacity)
         self.mem.refit(self.fmap.encode([self.history[i][0] for i in idx]), np.array(my), kind)
+
+    def _maybe_add_memory_pairs(self, cand: Candidate, outcome: Outcome, prev_mean: float, prev_sd: float) -> None:
+        """Admit memory interactions when the told peak (or OOM bound) is far from the prediction made before it
+        (:meth:`MemoryModel.maybe_add_pair`); refits the memory model if one was added."""
+        idx, y, kind = memory_rows([(cand, outcome)], self.capacity)
+        if not idx:
+            return
+        singles = [self.fmap.index[s] for s in cand.settings(self.space) if s in self.fmap.index]
+        if self.mem.maybe_add_pair(singles, y[0], kind[0], prev_mean, prev_sd):
+            idx, my, kinds = memory_rows(self.history, self.capacity)
+            self.mem.refit(self.fmap.encode([self.history[i][0] for i in idx]), np.array(my), kinds)
 
     def _maybe_add_pairs(self, cand: Candidate, outcome: Outcome) -> None:
         """Admit enabling pairs when an ok trial's joint effect is far from the additive prediction."""

@@ -10,6 +10,7 @@ a multiplicative form (:class:`MemoryModel`).
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Mapping, Sequence
 
@@ -158,6 +159,9 @@ class MemoryModel:
         self.prior_mu, self.prior_var = mu, sd * sd
         self.log_prior_mu, self.log_prior_var = _log_prior(mu, sd)
         self.obs_sd = 0.02 * self.capacity
+        self.base = float(base)
+        #: memory interaction features: pairs of single columns (a, b), a < b, admitted by :meth:`maybe_add_pair`
+        self.pairs: list[tuple[int, int]] = []
         self.model = None
         self.log_model = None
         #: posterior weight of the additive form (the prior weight before any data)
@@ -167,7 +171,47 @@ class MemoryModel:
         return ADDITIVE_PRIOR_WEIGHT if self.forms == "mixture" else 1.0
 
     def design(self, X: np.ndarray) -> np.ndarray:
-        return X[:, : len(self.fmap.singles)]
+        S = X[:, : len(self.fmap.singles)]
+        if not self.pairs:
+            return S
+        return np.hstack([S] + [(S[:, a] * S[:, b])[:, None] for a, b in self.pairs])
+
+    def _priors(self) -> tuple[np.ndarray, np.ndarray]:
+        """The additive form's prior (mean, variance) over intercept, singles and pairs.  A pair's prior is
+        centred on the interaction a multiplicative model implies, m_a x m_b / base (two activation spenders
+        compound; a spender beside a saver spends less), with an SD of that size or 5% of capacity."""
+        if not self.pairs:
+            return self.prior_mu, self.prior_var
+        mu, var = list(self.prior_mu), list(self.prior_var)
+        for a, b in self.pairs:
+            m = float(self.prior_mu[a + 1] * self.prior_mu[b + 1]) / self.base
+            mu.append(m)
+            var.append(max(0.05 * self.capacity, abs(m)) ** 2)
+        return np.asarray(mu), np.asarray(var)
+
+    def maybe_add_pair(self, singles: Sequence[int], y: float, kind: str, prev_mean: float, prev_sd: float) -> bool:
+        """Admit memory interactions after a tell whose peak the model (before that tell) got far wrong.
+
+        ``singles``: the told configuration's single columns; ``y``, ``kind``: its memory row (see
+        :func:`memory_rows`); ``prev_mean``, ``prev_sd``: the prediction for it before it was told.  An exact peak
+        more than MEMORY_PAIR_Z predictive SDs (and 5% of capacity) from the prediction, or an OOM whose bound
+        is that far above it, admits the pairs among its (up to) three settings with the largest fitted
+        |GiB|.  Returns whether a pair was added (the caller refits).  Used under the tuning key ``memory_pairs``
+        (off by default: neutral over the benchmark, session 22 in ``bench/RESULTS.md``)."""
+        if self.model is None or len(singles) < 2 or kind == "near_cap":
+            return False
+        tol = max(MEMORY_PAIR_Z * math.sqrt(prev_sd ** 2 + self.obs_sd ** 2), 0.05 * self.capacity)
+        gap = y - prev_mean
+        if (kind == "exact" and abs(gap) <= tol) or (kind == "oom" and gap <= tol):
+            return False
+        coef = np.abs(self.model.coef_mean[: len(self.fmap.singles)])
+        ranked = sorted(singles, key=lambda j: (-round(float(coef[j]), 6), j))[:3]
+        added = False
+        for a, b in itertools.combinations(sorted(ranked), 2):
+            if (a, b) not in self.pairs:
+                self.pairs.append((a, b))
+                added = True
+        return added
 
     def refit(self, X: np.ndarray, y: np.ndarray, kind: Sequence[str]) -> None:
         if not len(y):
@@ -176,14 +220,14 @@ class MemoryModel:
             return
         from infrarsi.surrogate.memory_model import TobitMemoryModel  # imported lazily: optional until fitted
         D, yv = self.design(X), np.asarray(y, dtype=float)
-        self.model = TobitMemoryModel(self.capacity, prior_mean=self.prior_mu, prior_var=self.prior_var).fit(
-            D, yv, list(kind))
+        pm, pv = self._priors()
+        self.model = TobitMemoryModel(self.capacity, prior_mean=pm, prior_var=pv).fit(D, yv, list(kind))
         if self.forms == "additive":
             return
         floor = 1e-3 * self.capacity
         self.log_model = TobitMemoryModel(self.capacity, prior_mean=self.log_prior_mu,
                                           prior_var=self.log_prior_var, log_scale=True).fit(
-            D, np.where(np.isfinite(yv), np.maximum(yv, floor), yv), list(kind))
+            D[:, : len(self.fmap.singles)], np.where(np.isfinite(yv), np.maximum(yv, floor), yv), list(kind))
         gap = self.log_model.log_evidence - self.model.log_evidence
         prior_odds = math.log(ADDITIVE_PRIOR_WEIGHT / (1.0 - ADDITIVE_PRIOR_WEIGHT))
         self.w_additive = float(stable(1.0 / (1.0 + math.exp(min(700.0, gap - prior_odds)))))
@@ -192,19 +236,21 @@ class MemoryModel:
         """((mean, sd) GiB of the additive form, (mean, sd) ln GiB of the log form) per row, without noise; the
         log form is all zeros when it has no weight."""
         D = self.design(X)
+        Ds = D[:, : len(self.fmap.singles)]  # the log form has no pairs
+        if self.model is None:
+            pm, pv = self._priors()
+            add = (pm[0] + D @ pm[1:], np.sqrt(pv[0] + D * D @ pv[1:]))
+        else:
+            add = self.model.predict(D)
         if self.w_additive == 1.0:
             zero = np.zeros(D.shape[0])
-            if self.model is None:
-                return (self.prior_mu[0] + D @ self.prior_mu[1:],
-                        np.sqrt(self.prior_var[0] + D * D @ self.prior_var[1:])), (zero, zero)
-            return self.model.predict(D), (zero, zero)
-        if self.model is None:
-            add = (self.prior_mu[0] + D @ self.prior_mu[1:], np.sqrt(self.prior_var[0] + D * D @ self.prior_var[1:]))
-            log = (self.log_prior_mu[0] + D @ self.log_prior_mu[1:],
-                   np.sqrt(self.log_prior_var[0] + D * D @ self.log_prior_var[1:]))
-            return add, log
-        assert self.log_model is not None
-        return self.model.predict(D), self.log_model.predict(D)
+            return add, (zero, zero)
+        if self.log_model is None:
+            log = (self.log_prior_mu[0] + Ds @ self.log_prior_mu[1:],
+                   np.sqrt(self.log_prior_var[0] + Ds * Ds @ self.log_prior_var[1:]))
+        else:
+            log = self.log_model.predict(Ds)
+        return add, log
 
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(mean, sd) GiB per row: the moments of the two forms' mixture (the log form at its median, with the
@@ -229,6 +275,8 @@ class MemoryModel:
         return stable(self.w_additive * pa + (1.0 - self.w_additive) * pl)
 
 
+#: predictive SDs by which a told peak must miss the additive prediction to admit memory pairs
+MEMORY_PAIR_Z = 3.0
 #: the values of the ``memory_forms`` tuning key
 MEMORY_FORMS = ("additive", "mixture")
 #: prior weight of the additive memory form under ``forms="mixture"`` (the rest goes to the multiplicative one)
