@@ -496,6 +496,9 @@ class SearchController:
     def _refit(self) -> None:
         cands, y = self._ok_rows()
         self.time.refit(self.fmap.encode(cands), y)
+        self._refit_memory()
+
+    def _refit_memory(self) -> None:
         idx, my, kind = memory_rows(self.history, self.capacity)
         self.mem.refit(self.fmap.encode([self.history[i][0] for i in idx]), np.array(my), kind)
 
@@ -507,8 +510,7 @@ class SearchController:
             return
         singles = [self.fmap.index[s] for s in cand.settings(self.space) if s in self.fmap.index]
         if self.mem.maybe_add_pair(singles, y[0], kind[0], prev_mean, prev_sd):
-            idx, my, kinds = memory_rows(self.history, self.capacity)
-            self.mem.refit(self.fmap.encode([self.history[i][0] for i in idx]), np.array(my), kinds)
+            self._refit_memory()
 
     def _maybe_add_pairs(self, cand: Candidate, outcome: Outcome) -> None:
         """Admit enabling pairs when an ok trial's joint effect is far from the additive prediction."""
