@@ -159,7 +159,6 @@ class MemoryModel:
         self.prior_mu, self.prior_var = mu, sd * sd
         self.log_prior_mu, self.log_prior_var = _log_prior(mu, sd)
         self.obs_sd = 0.02 * self.capacity
-        self.base = float(base)
         #: memory interaction features: pairs of single columns (a, b), a < b, admitted by :meth:`maybe_add_pair`
         self.pairs: list[tuple[int, int]] = []
         self.model = None
@@ -184,7 +183,7 @@ class MemoryModel:
             return self.prior_mu, self.prior_var
         mu, var = list(self.prior_mu), list(self.prior_var)
         for a, b in self.pairs:
-            m = float(self.prior_mu[a + 1] * self.prior_mu[b + 1]) / self.base
+            m = float(self.prior_mu[a + 1] * self.prior_mu[b + 1] / self.prior_mu[0])
             mu.append(m)
             var.append(max(0.05 * self.capacity, abs(m)) ** 2)
         return np.asarray(mu), np.asarray(var)
@@ -237,20 +236,13 @@ class MemoryModel:
         log form is all zeros when it has no weight."""
         D = self.design(X)
         Ds = D[:, : len(self.fmap.singles)]  # the log form has no pairs
-        if self.model is None:
-            pm, pv = self._priors()
-            add = (pm[0] + D @ pm[1:], np.sqrt(pv[0] + D * D @ pv[1:]))
-        else:
-            add = self.model.predict(D)
+        add = _prior_predict(*self._priors(), D) if self.model is None else self.model.predict(D)
         if self.w_additive == 1.0:
             zero = np.zeros(D.shape[0])
             return add, (zero, zero)
         if self.log_model is None:
-            log = (self.log_prior_mu[0] + Ds @ self.log_prior_mu[1:],
-                   np.sqrt(self.log_prior_var[0] + Ds * Ds @ self.log_prior_var[1:]))
-        else:
-            log = self.log_model.predict(Ds)
-        return add, log
+            return add, _prior_predict(self.log_prior_mu, self.log_prior_var, Ds)
+        return add, self.log_model.predict(Ds)
 
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(mean, sd) GiB per row: the moments of the two forms' mixture (the log form at its median, with the
@@ -283,6 +275,11 @@ MEMORY_FORMS = ("additive", "mixture")
 ADDITIVE_PRIOR_WEIGHT = 0.5
 #: the log form's observation SD (a relative error; the additive form's is 2% of capacity)
 LOG_OBS_SD = 0.02
+
+
+def _prior_predict(mu: np.ndarray, var: np.ndarray, D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, sd) per row of the design ``D`` under a prior alone (intercept first in ``mu`` and ``var``)."""
+    return mu[0] + D @ mu[1:], np.sqrt(var[0] + D * D @ var[1:])
 
 
 def _log_prior(mu: np.ndarray, sd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
