@@ -181,6 +181,11 @@ class TobitMemoryModel:
     def _to_model(self, gib: float) -> float:
         return math.log(gib) if self.log_scale else gib
 
+    def _peaks_gib(self) -> np.ndarray:
+        """The stored y in GiB, as ``fit`` takes it (NaN on near-cap rows): for refits under another prior."""
+        y = np.exp(self._y) if self.log_scale else self._y
+        return np.where(self._kinds != 2, y, np.nan)
+
     # ----------------------------------------------------------------- priors
     def _resolve_prior(
         self,
@@ -230,7 +235,7 @@ class TobitMemoryModel:
         self._prior_mean_arg = prior_mean
         self._prior_var_arg = prior_var
         if self._d is not None:
-            self.fit(self._X, self._y_gib, [KINDS[k] for k in self._kinds])
+            self.fit(self._X, self._peaks_gib(), [KINDS[k] for k in self._kinds])
         return self
 
     @single_threaded
@@ -255,7 +260,7 @@ class TobitMemoryModel:
         vague = TobitMemoryModel(self.capacity_gib, np.r_[m_decl[0], np.zeros(d)],
                                  np.r_[v_decl[0], np.full(d, 4 * U * U)],
                                  sigma_obs_frac=self.sigma_obs / U, log_scale=self.log_scale)
-        vague.fit(self._X, self._y_gib, [KINDS[k] for k in self._kinds])
+        vague.fit(self._X, self._peaks_gib(), [KINDS[k] for k in self._kinds])
         est, sd = vague.coef_mean, vague.coef_sd
         rev = empirical_bayes_revision(
             m_decl[1:], np.sqrt(v_decl[1:]), est, sd * sd, sd < U,
@@ -315,7 +320,6 @@ class TobitMemoryModel:
             raise SurrogateError("y: exact and oom rows need finite values")
         if self.log_scale and not np.all(yv[needs_y] > 0):
             raise SurrogateError("y: a log-scale model needs exact and oom values > 0")
-        y_gib = np.where(needs_y, yv, np.nan)
         yv = np.where(needs_y, yv, 1.0)
         if self.log_scale:
             yv = np.log(yv)
@@ -326,7 +330,7 @@ class TobitMemoryModel:
             np.hstack([np.ones((n, 1)), A]), yv, kinds, m0, v0, warm
         )
         # commit the new state only once everything has succeeded
-        self._X, self._y, self._y_gib, self._kinds, self._d = A, yv, y_gib, kinds, d
+        self._X, self._y, self._kinds, self._d = A, yv, kinds, d
         self._m0, self._v0 = m0, v0
         self._theta, self._L = theta, L
         self.n_obs_, self.n_iter_, self.converged_, self.log_posterior_ = n, n_iter, converged, logpost
