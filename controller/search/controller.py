@@ -61,6 +61,7 @@ DEFAULT_TUNING: dict[str, Any] = {
     "reference_peak_mem_gib": None,
     "memory_forms": "additive",  # "additive", or "mixture": also a multiplicative form, weighted by evidence
     "memory_pairs": False,       # admit memory interaction features when a told peak misses the prediction
+    "memory_activation_pairs": False,  # memory interactions among activation mechanisms from the start
     "known_conflicts": (),       # tuples of (knob, value) settings known to conflict
     "patch_priors": None,        # {patch: predicted log-gain} (shrunk by patch_kappa)
     "patch_replaces": None,      # {patch: [patches]}: a completion of those patches, tried in their place
@@ -142,7 +143,8 @@ class SearchController:
         mem_priors = {(r["knob"], r["value"]): (float(r["mem_gib"]), float(r.get("mem_sd") or 0.0))
                       for r in self.experience if "knob" in r and r.get("mem_gib") is not None}
         self.mem = MemoryModel(space, self.fmap, self.capacity, self.tune["reference_peak_mem_gib"], mem_priors,
-                               forms=str(self.tune["memory_forms"]))
+                               forms=str(self.tune["memory_forms"]),
+                               activation_pairs=bool(self.tune["memory_activation_pairs"]))
         self.history: list[tuple[Candidate, Outcome]] = []
         self.told: set[Candidate] = set()
         self.outstanding: dict[Candidate, None] = {}

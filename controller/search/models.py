@@ -130,10 +130,14 @@ class MemoryModel:
     and one trial that combines two memory levers usually decides it."""
 
     def __init__(self, space: SearchSpace, fmap: FeatureMap, capacity_gib: float, ref_mem_gib: float | None,
-                 mem_priors: Mapping[tuple[str, Any], tuple[float, float]] | None = None, forms: str = "additive"):
+                 mem_priors: Mapping[tuple[str, Any], tuple[float, float]] | None = None, forms: str = "additive",
+                 activation_pairs: bool = False):
         """``mem_priors``: (knob, value) -> (GiB delta, SD) from retrieved experience; they replace the knob's
         stated ``mem_prior_gib`` (the SD never below 3% of capacity or half the delta).  Each GiB prior (a
         delta at the reference) is carried to the log form as the ratio it implies at the reference peak.
+        ``activation_pairs``: start with the memory interactions among settings of activation mechanisms
+        (:data:`ACTIVATION_MECHANISMS`, by the knob's ``mechanism`` or its name's catalog alias), whose memory
+        multiplies; their priors are those of :meth:`_priors`.
 
         Raises: ValueError for an unknown ``forms``."""
         if forms not in MEMORY_FORMS:
@@ -160,7 +164,7 @@ class MemoryModel:
         self.log_prior_mu, self.log_prior_var = _log_prior(mu, sd)
         self.obs_sd = 0.02 * self.capacity
         #: memory interaction features: pairs of single columns (a, b), a < b, admitted by :meth:`maybe_add_pair`
-        self.pairs: list[tuple[int, int]] = []
+        self.pairs: list[tuple[int, int]] = _activation_pairs(space, fmap) if activation_pairs else []
         self.model = None
         self.log_model = None
         #: posterior weight of the additive form (the prior weight before any data)
@@ -275,6 +279,26 @@ MEMORY_FORMS = ("additive", "mixture")
 ADDITIVE_PRIOR_WEIGHT = 0.5
 #: the log form's observation SD (a relative error; the additive form's is 2% of capacity)
 LOG_OBS_SD = 0.02
+
+
+#: mechanisms whose memory is activation memory (it scales with the micro-batch, the stored share, 1 / (TP x CP x
+#: SP) and the attention kernel's factor), so two of them compound rather than add
+ACTIVATION_MECHANISMS = frozenset({"micro_batch", "activation_checkpointing", "tensor_parallel", "context_parallel",
+                                   "sequence_parallel", "attention_kernel"})
+
+
+def _activation_pairs(space: SearchSpace, fmap: FeatureMap) -> list[tuple[int, int]]:
+    """Pairs (a, b), a < b, of single columns of two different knobs that are both activation mechanisms."""
+    from infrarsi.controller.experience.mechanisms import normalize
+
+    knob_of: dict[int, str] = {}
+    for i, (name, _value) in enumerate(fmap.singles):
+        if name == PATCH:
+            continue
+        knob = space.knob(name)
+        if normalize(knob.name, knob.mechanism, None)[0] in ACTIVATION_MECHANISMS:
+            knob_of[i] = name
+    return [(a, b) for a, b in itertools.combinations(sorted(knob_of), 2) if knob_of[a] != knob_of[b]]
 
 
 def _prior_predict(mu: np.ndarray, var: np.ndarray, D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

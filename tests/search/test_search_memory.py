@@ -1,5 +1,6 @@
 """The search's memory model (controller/search/models.py MemoryModel): the additive default, and the optional
-evidence-weighted mixture with a multiplicative form (tuning key ``memory_forms``)."""
+evidence-weighted mixture with a multiplicative form (tuning key ``memory_forms``), and the memory interactions
+(``memory_pairs``, ``memory_activation_pairs``)."""
 
 from __future__ import annotations
 
@@ -136,3 +137,74 @@ def test_a_peak_far_from_the_additive_prediction_admits_a_memory_pair():
         errors[pairs] = abs(float(c.mem.predict(c.fmap.encode([target]))[0][0]) - truth)
         assert bool(c.mem.pairs) is pairs
     assert errors[False] > 4.0 and errors[True] < 1.0, errors
+
+
+def _prior_only(land: Landscape, activation_pairs: bool) -> tuple[MemoryModel, FeatureMap]:
+    fmap = FeatureMap(land.space)
+    ref_mem = float(land.truth(land.space.reference())["peak_mem_gib"])
+    return MemoryModel(land.space, fmap, land.capacity_gib, ref_mem, activation_pairs=activation_pairs), fmap
+
+
+def test_activation_pairs_join_settings_of_two_activation_mechanisms_only():
+    """StarCoder's activation knobs (TP, SP, CP, recompute, flash, micro-batch) pair across knobs; FP8, the
+    bucket and the overlap never enter a pair, and no pair joins two values of one knob."""
+    from infrarsi.controller.experience.mechanisms import normalize
+    from infrarsi.controller.search.models import ACTIVATION_MECHANISMS
+
+    land = load_landscape(ROOT / "bench/landscapes/transfer_h100_starcoder15b.py")
+    mm, fmap = _prior_only(land, True)
+    assert len(mm.pairs) >= 20
+    seen = set()
+    for a, b in mm.pairs:
+        (ka, _), (kb, _) = fmap.singles[a], fmap.singles[b]
+        assert ka != kb
+        for k in (ka, kb):
+            knob = land.space.knob(k)
+            assert normalize(knob.name, knob.mechanism, None)[0] in ACTIVATION_MECHANISMS
+            seen.add(k)
+    assert "model.fp8" not in seen and "model.overlap_grad_reduce" not in seen
+    assert {"model.micro_batch_size", "model.activations_checkpoint_granularity",
+            "model.tensor_model_parallel_size"} <= seen
+    off, _ = _prior_only(land, False)
+    assert off.pairs == []
+
+
+def test_activation_pairs_predict_compounding_memory_before_any_trial():
+    """Before any trial, the pairs' multiplicative priors (m_a x m_b / reference peak) bring the stated single
+    deltas closer to StarCoder's peaks (micro-batch x recompute share / (TP x CP) x flash): the mean error over
+    every legal configuration falls by at least a quarter."""
+    land = load_landscape(ROOT / "bench/landscapes/transfer_h100_starcoder15b.py")
+    cands = _candidates(land)
+    truth = _truth_mem(land, cands)
+    ok = np.isfinite(truth)
+    errs = {}
+    for on in (False, True):
+        mm, fmap = _prior_only(land, on)
+        errs[on] = np.abs(mm.predict(fmap.encode([c for c, k in zip(cands, ok) if k]))[0] - truth[ok]).mean()
+    assert errs[True] < 0.75 * errs[False], errs
+
+
+def test_activation_pairs_learn_their_way_to_zero_where_memory_adds():
+    """GPT on a 40 GB MIG slice: flash and the micro-batch add fixed GiB.  The pair priors say flash shrinks a
+    larger micro-batch; after the one-knob switches and a few combined trials the fit is back to the additive
+    model's error on the untried configurations (within a GiB)."""
+    land = load_landscape(ROOT / "bench/landscapes/heldout_gpt_mig40.py")
+    base, fmap, unseen = _fitted(land, "additive", 6)
+    space = land.space
+    paired = MemoryModel(space, fmap, land.capacity_gib, float(land.truth(space.reference())["peak_mem_gib"]),
+                         activation_pairs=True)
+    assert paired.pairs
+    singles = [space.reference()] + [Candidate.from_dict({**space.reference().as_dict(), k.name: v}, frozenset())
+                                     for k in space.knobs for v in k.values if v != k.reference]
+    rest = [c for c in _candidates(land) if c not in set(singles)]
+    told_idx = set(np.random.default_rng(0).choice(len(rest), 6, replace=False).tolist())
+    history = [(c, land.to_outcome(land.truth(c))) for c in singles + [rest[i] for i in sorted(told_idx)]]
+    history = [(c, o) for c, o in history if o.status in ("ok", "oom")]
+    idx, y, kind = memory_rows(history, land.capacity_gib)
+    paired.refit(fmap.encode([history[i][0] for i in idx]), np.array(y), kind)
+    truth = _truth_mem(land, unseen)
+    ok = np.isfinite(truth)
+    X = fmap.encode([c for c, k in zip(unseen, ok) if k])
+    err_base = np.abs(base.predict(X)[0] - truth[ok]).mean()
+    err_pairs = np.abs(paired.predict(X)[0] - truth[ok]).mean()
+    assert err_pairs < err_base + 1.0, (err_pairs, err_base)
