@@ -28,14 +28,15 @@ def _candidates(land: Landscape) -> list[Candidate]:
     return out
 
 
-def _fitted(land: Landscape, forms: str, n_told: int, seed: int = 0) -> tuple[MemoryModel, FeatureMap, list]:
+def _fitted(land: Landscape, forms: str, n_told: int, seed: int = 0,
+            activation_pairs: bool = False) -> tuple[MemoryModel, FeatureMap, list]:
     """A model told the reference, every one-knob switch and ``n_told`` random configurations (their true peaks
     or OOM requirements); also returns the configurations it was not told."""
     space = land.space
     fmap = FeatureMap(space)
     ref = space.reference()
     ref_mem = float(land.truth(ref)["peak_mem_gib"])
-    mm = MemoryModel(space, fmap, land.capacity_gib, ref_mem, forms=forms)
+    mm = MemoryModel(space, fmap, land.capacity_gib, ref_mem, forms=forms, activation_pairs=activation_pairs)
     singles = [ref] + [Candidate.from_dict({**ref.as_dict(), k.name: v}, frozenset())
                        for k in space.knobs for v in k.values if v != k.reference]
     rest = [c for c in _candidates(land) if c not in set(singles)]
@@ -190,18 +191,8 @@ def test_activation_pairs_learn_their_way_to_zero_where_memory_adds():
     model's error on the untried configurations (within a GiB)."""
     land = load_landscape(ROOT / "bench/landscapes/heldout_gpt_mig40.py")
     base, fmap, unseen = _fitted(land, "additive", 6)
-    space = land.space
-    paired = MemoryModel(space, fmap, land.capacity_gib, float(land.truth(space.reference())["peak_mem_gib"]),
-                         activation_pairs=True)
-    assert paired.pairs
-    singles = [space.reference()] + [Candidate.from_dict({**space.reference().as_dict(), k.name: v}, frozenset())
-                                     for k in space.knobs for v in k.values if v != k.reference]
-    rest = [c for c in _candidates(land) if c not in set(singles)]
-    told_idx = set(np.random.default_rng(0).choice(len(rest), 6, replace=False).tolist())
-    history = [(c, land.to_outcome(land.truth(c))) for c in singles + [rest[i] for i in sorted(told_idx)]]
-    history = [(c, o) for c, o in history if o.status in ("ok", "oom")]
-    idx, y, kind = memory_rows(history, land.capacity_gib)
-    paired.refit(fmap.encode([history[i][0] for i in idx]), np.array(y), kind)
+    paired, _, unseen_paired = _fitted(land, "additive", 6, activation_pairs=True)
+    assert paired.pairs and unseen_paired == unseen
     truth = _truth_mem(land, unseen)
     ok = np.isfinite(truth)
     X = fmap.encode([c for c, k in zip(unseen, ok) if k])
