@@ -14,9 +14,13 @@ criterion.  The numerics are CPU-independent, so files from different machines c
     python bench/sweep.py compare /tmp/before.json /tmp/after.json
     # issue 15's "done when" for infrarsi in AFTER, against peers in PEERS (a sweep file with the peers)
     python bench/sweep.py criterion /tmp/after.json --peers bench/results/peers-30.json
+    # how sure each verdict is: resample the 30 seeds 1,000 times (the same seeds for every cell) and name the
+    # cells whose verdict follows the draw; a variant whose count stays inside the baseline's 5th-95th band has
+    # not been shown to differ from it
+    python bench/sweep.py criterion /tmp/after.json --bootstrap 1000
     # the transfer benchmark's directions (DIRECTIONS), every mode, per seed; issue 13's criterion
     python bench/sweep.py transfer --repeats 30 --jobs 2 --out /tmp/transfer.json
-    python bench/sweep.py transfer-criterion /tmp/transfer.json
+    python bench/sweep.py transfer-criterion /tmp/transfer.json [--bootstrap 1000]
     # one direction only, the other seven from a baseline transfer sweep
     python bench/sweep.py transfer --directions transfer_h100_mixtral->transfer_h20_mixtral \\
         --fill-from /tmp/transfer.json --out /tmp/t1.json
@@ -32,6 +36,7 @@ import argparse
 import json
 import math
 import os
+import random
 import statistics
 import sys
 import time
@@ -158,27 +163,39 @@ def cmd_transfer(a: argparse.Namespace) -> int:
     return _pool(a, _one_transfer, jobs, "repeats", every=20, base=base)
 
 
-def cmd_transfer_criterion(a: argparse.Namespace) -> int:
-    """Issue 13: bank-filtered reaches 90% in fewer median trials than cold and than bank-all, no false
-    promotion."""
-    m = medians(json.loads(Path(a.sweep).read_text()))
+def transfer_verdicts(m: dict[str, dict[str, Any]]) -> list[tuple[str, bool, dict[str, dict[str, Any]]]]:
+    """Issue 13 per direction of DIRECTIONS in ``m`` (medians): ``[(direction, holds, {mode: medians})]``;
+    holds when bank-filtered reaches 90% in fewer median trials than cold and than bank-all, with no false
+    promotion in any mode."""
     inf = lambda x: math.inf if x is None else x  # noqa: E731
-    held = swept = 0
+    out = []
     for src, tgt in DIRECTIONS:
         row = {mode: m.get(f"{src}->{tgt}/{mode}") for mode in ("cold", "bank-all", "bank-filtered")}
         if any(v is None for v in row.values()):
             continue
-        swept += 1
         f = row["bank-filtered"]
         ok = inf(f["t90"]) < inf(row["cold"]["t90"]) and inf(f["t90"]) < inf(row["bank-all"]["t90"]) \
             and not any(v["false"] for v in row.values())
-        held += ok
-        print(f"{'holds' if ok else 'MISS '} {src} -> {tgt}: cold {_fmt(row['cold']['t90'])}, bank-all "
+        out.append((f"{src} -> {tgt}", ok, row))
+    return out
+
+
+def cmd_transfer_criterion(a: argparse.Namespace) -> int:
+    """Issue 13 (:func:`transfer_verdicts`); with ``--bootstrap``, how sure each verdict is."""
+    doc = json.loads(Path(a.sweep).read_text())
+    got = transfer_verdicts(medians(doc))
+    for direction, ok, row in got:
+        f = row["bank-filtered"]
+        print(f"{'holds' if ok else 'MISS '} {direction}: cold {_fmt(row['cold']['t90'])}, bank-all "
               f"{_fmt(row['bank-all']['t90'])}, filtered {_fmt(f['t90'])} (finals {row['cold']['final']:.3f} / "
               f"{row['bank-all']['final']:.3f} / {f['final']:.3f}; false "
               f"{sum(v['false'] for v in row.values())})")
-    print(f"{held} of {swept} directions hold" + (f" ({len(DIRECTIONS) - swept} not in the file)"
-                                                  if swept < len(DIRECTIONS) else ""))
+    held = sum(ok for _, ok, _ in got)
+    print(f"{held} of {len(got)} directions hold" + (f" ({len(DIRECTIONS) - len(got)} not in the file)"
+                                                    if len(got) < len(DIRECTIONS) else ""))
+    if a.bootstrap:
+        _report_bootstrap(doc, lambda m: [(d, ok) for d, ok, _ in transfer_verdicts(m)], a.bootstrap,
+                          "directions hold")
     return 0
 
 
@@ -214,15 +231,15 @@ def cmd_compare(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_criterion(a: argparse.Namespace) -> int:
-    """Issue 15: at slots 4 and 8, infrarsi's median trials to 90 <= 1.5x its slots-1 figure and below every
+def search_verdicts(ours: dict[str, dict[str, Any]], peers: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """Issue 15's criterion per (landscape, slots 4 or 8) cell of ``ours`` (medians, as :func:`medians` gives):
+    ``[(cell, verdict)]`` where the verdict is ``""`` (holds), ``"floor: <why>"`` (fails only on wall hours) or
+    ``"miss: <why>"``.  At slots 4 and 8, infrarsi's median trials to 90 <= 1.5x its slots-1 figure and below every
     peer's, its final >= every peer's, wall hours to 90 fall as slots grow, no false promotion.  Where neither
     this nor the smaller slot count reaches 90% (a landscape whose right answer is the reference), the trials
     and wall conditions hold trivially and the final and false-promotion conditions decide."""
-    ours = medians(json.loads(Path(a.sweep).read_text()))
-    peers = medians(json.loads(Path(a.peers).read_text())) if a.peers else {}
     inf = lambda x: math.inf if x is None else x  # noqa: E731
-    held = floor = missed = 0
+    out: list[tuple[str, str]] = []
     for land in sorted({k.split("/")[0] for k in ours}):
         one = ours.get(f"{land}/1/infrarsi")
         if one is None:
@@ -252,16 +269,68 @@ def cmd_criterion(a: argparse.Namespace) -> int:
             if not inf(me["w90"]) < prev_wall and not (me["w90"] is None and math.isinf(prev_wall)):
                 why.append(f"wall {_fmt(me['w90'])} !< {_fmt(None if math.isinf(prev_wall) else prev_wall)}")
             prev_wall = inf(me["w90"])
-            if not why:
-                held += 1
-            elif wall_only:
-                floor += 1
-                print(f"floor  {land} s{slots}: {'; '.join(why)}")
-            else:
-                missed += 1
-                print(f"MISS   {land} s{slots}: {'; '.join(why)}")
+            verdict = "" if not why else ("floor: " if wall_only else "miss: ") + "; ".join(why)
+            out.append((f"{land} s{slots}", verdict))
+    return out
+
+
+def cmd_criterion(a: argparse.Namespace) -> int:
+    """Issue 15 (:func:`search_verdicts`) on the sweep's medians; with ``--bootstrap``, how sure each verdict is."""
+    doc = json.loads(Path(a.sweep).read_text())
+    peers = medians(json.loads(Path(a.peers).read_text())) if a.peers else {}
+    held = floor = missed = 0
+    for cell, verdict in search_verdicts(medians(doc), peers):
+        if not verdict:
+            held += 1
+        elif verdict.startswith("floor"):
+            floor += 1
+            print(f"floor  {cell}: {verdict[len('floor: '):]}")
+        else:
+            missed += 1
+            print(f"MISS   {cell}: {verdict[len('miss: '):]}")
     print(f"{held} hold, {floor} fail only on wall hours, {missed} miss")
+    if a.bootstrap:
+        _report_bootstrap(doc, lambda m: [(c, not v) for c, v in search_verdicts(m, peers)], a.bootstrap,
+                          "cells hold")
     return 0
+
+
+def resampled(doc: dict, rng: random.Random) -> dict[str, dict[str, Any]]:
+    """The medians of ``doc`` over one bootstrap resample of its seeds: the same seeds (drawn with replacement,
+    as many as the file has) for every cell, so cells that share a seed (slots 1 and 8 of a landscape, a
+    direction's three modes) stay paired.  Cells that lack a drawn seed keep the scores they have."""
+    seeds = sorted({s["seed"] for scores in doc["cells"].values() for s in scores})
+    drawn = [rng.choice(seeds) for _ in seeds]
+    cells = {}
+    for key, scores in doc["cells"].items():
+        by = {s["seed"]: s for s in scores}
+        cells[key] = [by[s] for s in drawn if s in by] or scores
+    return medians({"cells": cells, "medians": doc.get("medians", {})})
+
+
+def _report_bootstrap(doc: dict, verdicts: Any, n: int, what: str) -> None:
+    """Print how often each cell's verdict holds over ``n`` seed resamples (:func:`resampled`), the cells whose
+    verdict is not settled (held in more than 5% and fewer than 95% of resamples), and the spread of the number
+    that hold.  ``verdicts``: medians -> [(cell, holds)].  Only this file's seeds are resampled (a peers file of
+    medians stays as it is)."""
+    rng = random.Random(0)
+    counts: dict[str, int] = {}
+    totals = []
+    for _ in range(n):
+        got = verdicts(resampled(doc, rng))
+        for cell, ok in got:
+            counts[cell] = counts.get(cell, 0) + ok
+        totals.append(sum(ok for _, ok in got))
+    totals.sort()
+    settled_hold = sum(c >= 0.95 * n for c in counts.values())
+    settled_miss = sum(c <= 0.05 * n for c in counts.values())
+    print(f"bootstrap over {n} seed resamples: {what} {totals[len(totals) // 2]} in the median resample, "
+          f"{totals[int(0.05 * n)]} to {totals[min(n - 1, int(0.95 * n))]} (5th-95th percentile); "
+          f"{settled_hold} hold in >= 95% of resamples, {settled_miss} in <= 5%, "
+          f"{len(counts) - settled_hold - settled_miss} unsettled:")
+    for cell in sorted(counts, key=lambda c: (-counts[c], c)):
+        if 0.05 * n < counts[cell] < 0.95 * n:
+            print(f"  {cell}: holds in {100 * counts[cell] / n:.0f}%")
 
 
 def _pool_arguments(p: argparse.ArgumentParser, trials: int) -> None:
@@ -290,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     k = sub.add_parser("criterion")
     k.add_argument("sweep")
     k.add_argument("--peers", default=str(HERE / "results" / "peers-30.json"))
+    k.add_argument("--bootstrap", type=int, default=0, metavar="N",
+                   help="also resample the seeds N times and say how sure each cell's verdict is")
     t = sub.add_parser("transfer", help="every direction of DIRECTIONS (or --directions), every mode, per seed")
     _pool_arguments(t, trials=30)
     t.add_argument("--directions", default="", metavar="SRC->TGT,...",
@@ -298,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="copy the directions this run does not sweep from SWEEP (a transfer sweep file)")
     tc = sub.add_parser("transfer-criterion")
     tc.add_argument("sweep")
+    tc.add_argument("--bootstrap", type=int, default=0, metavar="N",
+                    help="also resample the seeds N times and say how sure each direction's verdict is")
     a = ap.parse_args(argv)
     try:
         return {"run": cmd_run, "compare": cmd_compare, "criterion": cmd_criterion, "transfer": cmd_transfer,

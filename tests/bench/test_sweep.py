@@ -96,3 +96,39 @@ def test_a_transfer_sweep_runs_only_the_directions_asked_and_refuses_an_unknown_
                        "--out", str(tmp_path / "x.json")]) == 2
     assert "unknown direction transfer_h20_mixtral->transfer_h200_gpt7b" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_the_bootstrap_settles_a_clear_cell_and_names_a_coin_flip(sweep, tmp_path: Path, capsys) -> None:
+    def cell(t90s, wall=1.0):
+        return [{"seed": i, "t90": t, "w90": wall, "final": 2.0, "false": False} for i, t in enumerate(t90s)]
+
+    n = 30
+    doc = {"cells": {
+        # clear: slots 4 is level with slots 1 in every seed, so it holds in every resample
+        "clear/1/infrarsi": cell([4] * n), "clear/4/infrarsi": cell([4] * n, 0.5),
+        # coin flip: half the seeds need 4 trials, half 8; 8 > 1.5 x 4 misses, so the verdict follows the draw
+        "flip/1/infrarsi": cell([4] * n), "flip/4/infrarsi": cell([4, 8] * (n // 2), 0.5),
+    }}
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(doc))
+    assert sweep.main(["criterion", str(path), "--peers", "", "--bootstrap", "400"]) == 0
+    out = capsys.readouterr().out
+    assert "1 hold in >= 95% of resamples, 0 in <= 5%, 1 unsettled:" in out
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("flip s4: holds in"))
+    assert 25 <= int(line.split()[-1].rstrip("%")) <= 75
+    assert "clear s4" not in out.split("unsettled:")[1]
+
+
+def test_a_resample_keeps_cells_that_share_a_seed_paired(sweep) -> None:
+    import random
+
+    scores = [{"seed": i, "t90": t, "w90": None, "final": 1.0 + i, "false": False} for i, t in
+              enumerate([1, 9, 3, 7, 5, 2, 8])]
+    doc = {"cells": {"a/1/infrarsi": scores, "b/1/infrarsi": [dict(s) for s in scores]}}
+    rng = random.Random(3)
+    seen = set()
+    for _ in range(50):
+        m = sweep.resampled(doc, rng)
+        assert m["a/1/infrarsi"] == m["b/1/infrarsi"]  # one draw of seeds for every cell
+        seen.add(m["a/1/infrarsi"]["t90"])
+    assert len(seen) > 2  # and the draws differ
