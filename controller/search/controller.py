@@ -61,7 +61,7 @@ DEFAULT_TUNING: dict[str, Any] = {
     "reference_peak_mem_gib": None,
     "memory_forms": "additive",  # "additive", or "mixture": also a multiplicative form, weighted by evidence
     "memory_pairs": False,       # admit memory interaction features when a told peak misses the prediction
-    "memory_activation_pairs": False,  # memory interactions among activation mechanisms from the start
+    "memory_activation_pairs": True,  # memory interactions among activation mechanisms from the start
     "known_conflicts": (),       # tuples of (knob, value) settings known to conflict
     "patch_priors": None,        # {patch: predicted log-gain} (shrunk by patch_kappa)
     "patch_replaces": None,      # {patch: [patches]}: a completion of those patches, tried in their place

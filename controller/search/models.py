@@ -127,7 +127,12 @@ class MemoryModel:
     recompute + flash is predicted at the sum of its settings' deltas at the reference, about twice what it
     uses; under the multiplicative form alone, settings that add a fixed buffer are overstated beside TP.  The
     data choose: each form's evidence is a density of the same peaks (GiB), so their ratio is a Bayes factor,
-    and one trial that combines two memory levers usually decides it."""
+    and one trial that combines two memory levers usually decides it.
+
+    The search runs the additive form with ``activation_pairs`` (its tuning key ``memory_activation_pairs``):
+    the activation mechanisms' interactions start at the product form's value and the data move them, which
+    keeps savers such as bf16 additive.  Over 100 seeds it made the search slightly faster (session 24 in
+    ``bench/RESULTS.md``)."""
 
     def __init__(self, space: SearchSpace, fmap: FeatureMap, capacity_gib: float, ref_mem_gib: float | None,
                  mem_priors: Mapping[tuple[str, Any], tuple[float, float]] | None = None, forms: str = "additive",

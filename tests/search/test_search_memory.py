@@ -110,7 +110,8 @@ def _starcoder_controller(memory_pairs: bool):
     land = load_landscape(ROOT / "bench/landscapes/transfer_h100_starcoder15b.py")
     ref = land.space.reference()
     c = SearchController(land.space, make_noise(), 1.0, land.capacity_gib, seed=0,
-                         reference_peak_mem_gib=float(land.truth(ref)["peak_mem_gib"]), memory_pairs=memory_pairs)
+                         reference_peak_mem_gib=float(land.truth(ref)["peak_mem_gib"]), memory_pairs=memory_pairs,
+                         memory_activation_pairs=False)  # the pairs a miss admits, on the plain additive model
     return land, c
 
 
