@@ -298,7 +298,7 @@ def cmd_criterion(a: argparse.Namespace) -> int:
 def resampled(doc: dict, rng: random.Random) -> dict[str, dict[str, Any]]:
     """The medians of ``doc`` over one bootstrap resample of its seeds: the same seeds (drawn with replacement,
     as many as the file has) for every cell, so cells that share a seed (slots 1 and 8 of a landscape, a
-    direction's three modes) stay paired.  Cells that lack a drawn seed keep the scores they have."""
+    direction's three modes) stay paired.  A cell takes the drawn seeds it has (all its scores if it has none)."""
     seeds = sorted({s["seed"] for scores in doc["cells"].values() for s in scores})
     drawn = [rng.choice(seeds) for _ in seeds]
     cells = {}
