@@ -10,7 +10,7 @@ criterion.  The numerics are CPU-independent, so files from different machines c
     python bench/sweep.py run --strategy infrarsi --slots 1,4,8 --repeats 30 --jobs 2 --out /tmp/after.json
     # a change that only acts with six or more trials busy: sweep slots 8, take the rest from the baseline
     python bench/sweep.py run --slots 8 --repeats 30 --fill-from bench/results/infrarsi-30.json --out /tmp/s8.json
-    # per-cell medians and per-seed faster/slower of AFTER against BEFORE
+    # per-cell medians and per-seed faster/slower of AFTER against BEFORE, and a sign test over every cell
     python bench/sweep.py compare /tmp/before.json /tmp/after.json
     # issue 15's "done when" for infrarsi in AFTER, against peers in PEERS (a sweep file with the peers)
     python bench/sweep.py criterion /tmp/after.json --peers bench/results/peers-30.json
@@ -206,7 +206,7 @@ def _fmt(x: float | None) -> str:
 def cmd_compare(a: argparse.Namespace) -> int:
     before, after = (json.loads(Path(p).read_text()) for p in (a.before, a.after))
     mb, ma = medians(before), medians(after)
-    changed = 0
+    changed = all_faster = all_slower = 0
     for key in sorted(ma):
         if key not in mb:
             continue
@@ -220,6 +220,8 @@ def cmd_compare(a: argparse.Namespace) -> int:
                     ta = math.inf if s["t90"] is None else s["t90"]
                     faster += ta < tb
                     slower += ta > tb
+        all_faster += faster
+        all_slower += slower
         same = b["t90"] == c["t90"] and abs(b["final"] - c["final"]) < 5e-4 and faster == slower == 0
         if same and not a.all:
             continue
@@ -228,6 +230,11 @@ def cmd_compare(a: argparse.Namespace) -> int:
               f"{c['final']:.3f}  seeds faster/slower {faster}/{slower}  false {b.get('false', 0)} -> "
               f"{c.get('false', 0)}")
     print(f"{changed} of {len(set(ma) & set(mb))} cells differ")
+    if all_faster + all_slower:
+        n = all_faster + all_slower
+        z = (all_faster - all_slower) / math.sqrt(n)  # sign test: under no effect, faster ~ Binomial(n, 1/2)
+        print(f"paired seeds over every cell: {all_faster} faster, {all_slower} slower (sign test z = {z:+.1f}; "
+              f"|z| < 2 is no evidence either way)")
     return 0
 
 

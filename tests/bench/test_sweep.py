@@ -52,6 +52,8 @@ def test_compare_counts_seeds_and_the_criterion_names_a_miss(sweep, tmp_path: Pa
     sweep.main(["compare", str(paths["before"]), str(paths["after"])])
     out = capsys.readouterr().out
     assert "x/4/infrarsi" in out and "faster/slower 1/2" in out and "1 of 2 cells differ" in out
+    # over every cell: 1 faster, 2 slower -> z = (1 - 2) / sqrt(3)
+    assert "paired seeds over every cell: 1 faster, 2 slower (sign test z = -0.6;" in out
     sweep.main(["criterion", str(paths["after"]), "--peers", str(paths["peers"])])
     out = capsys.readouterr().out
     # 9 trials > 1.5 x 4, not below random's 8, final 2.0 below random's 2.5
