@@ -238,15 +238,16 @@ def cmd_compare(a: argparse.Namespace) -> int:
     return 0
 
 
-def search_verdicts(ours: dict[str, dict[str, Any]], peers: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+def search_verdicts(ours: dict[str, dict[str, Any]],
+                    peers: dict[str, dict[str, Any]]) -> list[tuple[str, str, str]]:
     """Issue 15's criterion per (landscape, slots 4 or 8) cell of ``ours`` (medians, as :func:`medians` gives):
-    ``[(cell, verdict)]`` where the verdict is ``""`` (holds), ``"floor: <why>"`` (fails only on wall hours) or
-    ``"miss: <why>"``.  At slots 4 and 8, infrarsi's median trials to 90 <= 1.5x its slots-1 figure and below every
+    ``[(cell, status, why)]`` where the status is ``"hold"``, ``"floor"`` (fails only on wall hours) or
+    ``"miss"``, and ``why`` names the failed conditions.  At slots 4 and 8, infrarsi's median trials to 90 <= 1.5x its slots-1 figure and below every
     peer's, its final >= every peer's, wall hours to 90 fall as slots grow, no false promotion.  Where neither
     this nor the smaller slot count reaches 90% (a landscape whose right answer is the reference), the trials
     and wall conditions hold trivially and the final and false-promotion conditions decide."""
     inf = lambda x: math.inf if x is None else x  # noqa: E731
-    out: list[tuple[str, str]] = []
+    out: list[tuple[str, str, str]] = []
     for land in sorted({k.split("/")[0] for k in ours}):
         one = ours.get(f"{land}/1/infrarsi")
         if one is None:
@@ -276,8 +277,8 @@ def search_verdicts(ours: dict[str, dict[str, Any]], peers: dict[str, dict[str, 
             if not inf(me["w90"]) < prev_wall and not (me["w90"] is None and math.isinf(prev_wall)):
                 why.append(f"wall {_fmt(me['w90'])} !< {_fmt(None if math.isinf(prev_wall) else prev_wall)}")
             prev_wall = inf(me["w90"])
-            verdict = "" if not why else ("floor: " if wall_only else "miss: ") + "; ".join(why)
-            out.append((f"{land} s{slots}", verdict))
+            status = "hold" if not why else "floor" if wall_only else "miss"
+            out.append((f"{land} s{slots}", status, "; ".join(why)))
     return out
 
 
@@ -285,20 +286,15 @@ def cmd_criterion(a: argparse.Namespace) -> int:
     """Issue 15 (:func:`search_verdicts`) on the sweep's medians; with ``--bootstrap``, how sure each verdict is."""
     doc = json.loads(Path(a.sweep).read_text())
     peers = medians(json.loads(Path(a.peers).read_text())) if a.peers else {}
-    held = floor = missed = 0
-    for cell, verdict in search_verdicts(medians(doc), peers):
-        if not verdict:
-            held += 1
-        elif verdict.startswith("floor"):
-            floor += 1
-            print(f"floor  {cell}: {verdict[len('floor: '):]}")
-        else:
-            missed += 1
-            print(f"MISS   {cell}: {verdict[len('miss: '):]}")
-    print(f"{held} hold, {floor} fail only on wall hours, {missed} miss")
+    got = search_verdicts(medians(doc), peers)
+    for cell, status, why in got:
+        if status != "hold":
+            print(f"{'floor ' if status == 'floor' else 'MISS  '} {cell}: {why}")
+    count = {s: sum(st == s for _, st, _ in got) for s in ("hold", "floor", "miss")}
+    print(f"{count['hold']} hold, {count['floor']} fail only on wall hours, {count['miss']} miss")
     if a.bootstrap:
-        _report_bootstrap(doc, lambda m: [(c, not v) for c, v in search_verdicts(m, peers)], a.bootstrap,
-                          "cells hold")
+        _report_bootstrap(doc, lambda m: [(c, st == "hold") for c, st, _ in search_verdicts(m, peers)],
+                          a.bootstrap, "cells hold")
     return 0
 
 

@@ -577,18 +577,16 @@ def search_experience(effects: Iterable[Effect], observations: Iterable[Observat
     return [_stable(r) for r in records], knob_grades(knobs, got, observations, environments, target, mode)
 
 
-#: decimals the numbers handed to the search are rounded to (as the search's own model outputs,
-#: ``controller/search/models.py`` ``stable``)
-DECIMALS = 9
-
-
 def _stable(record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` with its top-level float fields (speedups, priors, GiB, distances) rounded to :data:`DECIMALS`.
+    """``record`` with its top-level float fields (speedups, priors, GiB, distances) rounded to the decimals the
+    search rounds its own model outputs to (``controller/search/models.py``, ``DECIMALS``).
 
     The measurements behind them (step-time means, the evidence fits) differ in their last bits between numpy
     builds and CPUs, and the search compares these numbers; rounded far above that noise and far below any effect
     it can resolve, a seeded transfer benchmark takes the same decisions on every machine (a configuration's
     values, nested, are never touched)."""
+    from infrarsi.controller.search.models import DECIMALS  # one precision for every number the search compares
+
     return {k: round(v, DECIMALS) if isinstance(v, float) else v for k, v in record.items()}
 
 
