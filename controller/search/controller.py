@@ -68,6 +68,7 @@ DEFAULT_TUNING: dict[str, Any] = {
     "prior_revision": True,      # empirical prior revision after repeated failures / a confident failure
     "believe_followers": 3,      # busy neighbours after which a pending candidate stops standing in as incumbent
     "suspect_share": 0.5,        # one busy candidate at a time may hold more than this share of a crash's open suspects
+    "common_factor": True,       # a setting in two failures and no passing run makes its holders near copies
 }
 
 
@@ -157,8 +158,10 @@ class SearchController:
         self.escapes = 0
         self.blame_log: list[str] = []
         self.pre_execution_rejections = 0
-        #: (tells, records with an aggressive suspect, near-copy records per candidate): see _near_records
-        self._near_cache: tuple[int, tuple[int, ...], dict[Candidate, frozenset[int]]] = (-1, (), {})
+        #: (tells, records with an aggressive suspect, near-copy records per candidate, bold common factors and their
+        #: records): see _near_records
+        self._near_cache: tuple[int, tuple[int, ...], dict[Candidate, frozenset[int]], dict[Setting, frozenset[int]]] \
+            = (-1, (), {}, {})
         #: (tells, values derived from the told history alone): see SearchView.per_tell
         self._tell_memo: tuple[int, dict[str, Any]] = (-1, {})
         self.proposed_by: dict[Candidate, str] = {}  # operator that proposed each asked candidate (reports only)
@@ -296,11 +299,14 @@ class SearchController:
         """Why ``cand`` would be a second busy near copy of a crash whose cause is open, else None.
 
         A near copy holds more than ``suspect_share`` of a crash record's open suspect tuples
-        (:meth:`FailureLedger.shares`).  One near copy at a time tests the blame; several in flight at once
-        likely share the true cause, crash together and take their slots with them.  Only records with an
-        aggressive suspect count (a setting whose prior |effect| is :data:`~infrarsi.controller.search.batch.AGGRESSIVE`
-        gates, as for the hedges): in a space of mild levers every good candidate is a near copy of the
-        first crash, and there is no prime suspect to keep apart.  With nothing busy this never refuses, so
+        (:meth:`FailureLedger.shares`), or (``common_factor``) a setting held by two or more failures and no
+        passing run (:meth:`FailureLedger.common_factors`: FP8 attention that shifts the loss fails beside one
+        new partner after another, and each new pair holds none of the old records' pairs).  One near copy at
+        a time tests the blame; several in flight at once likely share the true cause, crash together and take
+        their slots with them.  Only records with an aggressive suspect count, and only aggressive common
+        factors (a setting whose prior |effect| is :data:`~infrarsi.controller.search.batch.AGGRESSIVE` gates,
+        as for the hedges): in a space of mild levers every good candidate is a near copy of the first crash,
+        and there is no prime suspect to keep apart.  With nothing busy this never refuses, so
         the one-at-a-time search is unchanged."""
         busy = set(self.outstanding) | taken
         if not busy or not self.ledger.crash_records:
@@ -308,7 +314,8 @@ class SearchController:
         mine = self._near_records(cand)
         if mine and any(mine & self._near_records(b) for b in busy):
             limit = float(self.tune["suspect_share"])
-            return f"a near copy of an unresolved crash is already running (over {limit:.0%} of its suspect tuples)"
+            return (f"a near copy of an unresolved crash is already running (over {limit:.0%} of its suspect tuples, "
+                    "or a setting common to its failures)")
         return None
 
     def _near_records(self, cand: Candidate) -> frozenset[int]:
@@ -320,13 +327,18 @@ class SearchController:
             bold = AGGRESSIVE * self.gate
             records = tuple(i for i, hyps in enumerate(self.ledger.open_suspects())
                             if any(abs(self.ledger.risk(x)) >= bold for t in hyps for x in t))
-            self._near_cache = (len(self.history), records, {})
-        _, records, known = self._near_cache
+            common = {s: idx for s, idx in self.ledger.common_factors().items()
+                      if abs(self.ledger.risk(s)) >= bold} if self.tune["common_factor"] else {}
+            self._near_cache = (len(self.history), records, {}, common)
+        _, records, known, common = self._near_cache
         if cand not in known:
             limit = float(self.tune["suspect_share"])
-            shares = self.ledger.shares(frozenset(x for x in cand.settings(self.space) if x[0] != PATCH)) \
-                if records else []
-            known[cand] = frozenset(i for i in records if shares[i] > limit)
+            sets = frozenset(x for x in cand.settings(self.space) if x[0] != PATCH)
+            shares = self.ledger.shares(sets) if records else []
+            near = {i for i in records if shares[i] > limit}
+            for s in sets & common.keys():
+                near |= common[s]
+            known[cand] = frozenset(near)
         return known[cand]
 
     # --------------------------------------------------------------------- ask

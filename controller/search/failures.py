@@ -176,6 +176,24 @@ class FailureLedger:
         counted as equally likely (0 for a record with none open)."""
         return [sum(1 for t in hyps if set(t) <= settings) / len(hyps) if hyps else 0.0 for hyps in self._suspects]
 
+    def common_factors(self) -> dict[Setting, frozenset[int]]:
+        """Settings held by at least two crash records (by index, the value) and by no passing run, each the only
+        such setting that all of its records hold (a first wave of crashes whose records all share several untried
+        settings names none: any of them may be the cause).
+
+        The pair rule (:meth:`suspects`) never names one setting of a multi-setting record, so a setting that
+        fails on its own (FP8 attention that shifts the loss) is blamed on one new pair per crash; a setting
+        common to two failures that has never passed is the simplest explanation of both, and the controller
+        keeps its holders from running several at once (``SearchController._second_near_copy``)."""
+        counts: dict[Setting, list[int]] = {}
+        for i, rec in enumerate(self.crash_records):
+            for s in rec:
+                if s[0] != PATCH:
+                    counts.setdefault(s, []).append(i)
+        never = {s: frozenset(idx) for s, idx in counts.items() if not any(s in p for p in self.passing)}
+        return {s: idx for s, idx in never.items()
+                if len(idx) >= 2 and not any(o != s and idx <= other for o, other in never.items())}
+
     def open_suspects(self) -> list[list[Tuple_]]:
         """Per crash record (in order), its open hypotheses (:meth:`suspects`); read it, do not change it."""
         return self._suspects

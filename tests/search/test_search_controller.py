@@ -395,6 +395,30 @@ def test_near_copies_of_a_crash_among_mild_levers_may_run_side_by_side():
     assert "unresolved crash" in (verdict(0.10) or "")
 
 
+def test_one_holder_of_a_bold_setting_common_to_two_failures_runs_at_a_time():
+    """FP8 attention (rated bold) is rejected beside a, then beside b, and a and b pass: the pair rule bans
+    (fp8, a) and (fp8, b) only, so without the common-factor rule every batch slot may hold FP8 beside a new
+    partner and fail the same way (Mamba at eight slots spent 16-20 of 32 trials so).  With it, one FP8
+    holder is in flight at a time; a mild common factor is left alone, as mild suspects are."""
+    def verdict(prior: float, **tune) -> str | None:
+        knobs = (KnobSpec("fp8", (False, True), False, prior_mean={True: prior}),) + tuple(
+            KnobSpec(n, (False, True), False, prior_mean={True: 0.01}) for n in "abcd")
+        c = ctrl_for(SearchSpace(knobs, ()), **tune)
+        c.starts = []
+        for n in "ab":
+            c.tell(c.reference.with_values({n: True}), ok(0.01))
+            c.tell(c.reference.with_values({"fp8": True, n: True}),
+                   Outcome("rejected", step_time_s=0.9, reason="loss beyond tolerance", rejected_layer="L4"))
+        one = c.reference.with_values({"fp8": True, "c": True})
+        two = c.reference.with_values({"fp8": True, "d": True})
+        assert c.admissible(one, set()) is None  # alone: allowed (it tests the blame)
+        return c.admissible(two, {one})
+
+    assert "unresolved crash" in (verdict(0.10) or "")
+    assert verdict(0.10, common_factor=False) is None  # the attack: a second FP8 holder beside the first
+    assert verdict(0.01) is None
+
+
 def test_an_oom_risk_costs_the_gain_it_could_show_not_the_incumbents_level():
     """The pool's acquisition weights the gain over the incumbent by p(fit), not the absolute upper bound.
 

@@ -187,3 +187,30 @@ def test_a_setting_that_never_passed_may_need_what_every_passing_run_held():
     assert led.requirements == [(F, K)]
     assert led.blocked(frozenset({F, G, A})) == "fp8=true needs compile=true"
     assert led.blocked(frozenset({F, K, G, A})) is None, "FP8 with compile is open again"
+
+
+def test_a_setting_in_two_failures_that_never_passed_is_their_common_factor_until_it_passes():
+    """FP8 attention that shifts the loss fails beside a, then beside b, while a and b pass: the pair rule
+    blames (fp8, a) and (fp8, b), and only ``common_factors`` names fp8 itself; once fp8 passes it is not."""
+    F8 = ("fp8", 1)
+    led = FailureLedger()
+    led.record(frozenset({A}), OK, lambda s: 0.0)
+    led.record(frozenset({B}), OK, lambda s: 0.0)
+    led.record(frozenset({F8, A}), CRASH, lambda s: 0.0)
+    assert led.common_factors() == {}  # one record is no pattern
+    led.record(frozenset({F8, B}), CRASH, lambda s: 0.0)
+    assert led.common_factors() == {F8: frozenset({0, 1})}
+    assert led.blocked(frozenset({F8, C})) is None  # no ban: only the controller's admission uses it
+    led.record(frozenset({F8, D}), OK, lambda s: 0.0)
+    assert led.common_factors() == {}
+
+
+def test_failures_that_share_several_untried_settings_name_no_common_factor():
+    """A first wave whose crashes all hold the same two untried settings (the fused scan kernel and compile)
+    cannot say which of them is at fault: neither is a common factor; the one outside a later record is."""
+    led = FailureLedger()
+    led.record(frozenset({A, B, C}), CRASH, lambda s: 0.0)
+    led.record(frozenset({A, B, D}), CRASH, lambda s: 0.0)
+    assert led.common_factors() == {}
+    led.record(frozenset({A, C, D}), CRASH, lambda s: 0.0)  # without B: A is common to all three, B to two of them
+    assert led.common_factors() == {A: frozenset({0, 1, 2})}
