@@ -319,7 +319,8 @@ class SearchController:
         return None
 
     def _near_records(self, cand: Candidate) -> frozenset[int]:
-        """The crash records (indices) with an aggressive suspect of which ``cand`` is a near copy.
+        """The crash records (indices) of which ``cand`` is a near copy: those with an aggressive suspect whose
+        open tuples it mostly holds, and those of an aggressive common factor it holds.
 
         Cached until the next tell (the ledger changes only there): admission asks it for every proposed
         candidate and every busy one."""
