@@ -12,6 +12,9 @@ criterion.  The numerics are CPU-independent, so files from different machines c
     python bench/sweep.py run --slots 8 --repeats 30 --fill-from bench/results/infrarsi-30.json --out /tmp/s8.json
     # per-cell medians and per-seed faster/slower of AFTER against BEFORE, and a sign test over every cell
     python bench/sweep.py compare /tmp/before.json /tmp/after.json
+    # a variant behind a tuning key, against the stored sweep of this code's defaults (paired by seed)
+    python bench/sweep.py run --slots 4,8 --tune common_factor=false --out /tmp/off.json
+    python bench/sweep.py compare bench/results/infrarsi-30.json /tmp/off.json
     # issue 15's "done when" for infrarsi in AFTER, against peers in PEERS (a sweep file with the peers)
     python bench/sweep.py criterion /tmp/after.json --peers bench/results/peers-30.json
     # how sure each verdict is: resample the 30 seeds 1,000 times (the same seeds for every cell) and name the
@@ -107,9 +110,10 @@ def _pool(a: argparse.Namespace, fn: Any, jobs: list, unit: str, every: int,
     report progress on stderr, and write the sweep file ``a.out`` with every cell's scores in seed order; cells of
     ``base`` that this sweep does not run are copied into it unchanged."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    tune = parse_tune(a.tune)
     cells: dict[str, list[dict]] = {}
     t0 = time.monotonic()
-    with ProcessPoolExecutor(a.jobs) as pool:
+    with ProcessPoolExecutor(a.jobs, initializer=_apply_tune, initargs=(tune,)) as pool:
         for i, rows in enumerate(pool.map(fn, jobs, chunksize=1), 1):
             for key, score in rows if isinstance(rows, list) else [rows]:
                 cells.setdefault(key, []).append(score)
@@ -121,9 +125,38 @@ def _pool(a: argparse.Namespace, fn: Any, jobs: list, unit: str, every: int,
     cells.update(copied)
     if copied:
         print(f"copied {len(copied)} cells this sweep does not run from the baseline")
-    Path(a.out).write_text(json.dumps({"trials": a.trials, "cells": cells}, indent=1, sort_keys=True) + "\n")
+    doc: dict[str, Any] = {"trials": a.trials, "cells": cells}
+    if tune:
+        doc["tune"] = tune
+    Path(a.out).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     print(f"wrote {len(cells)} cells, {len(jobs)} {unit} to {a.out}")
     return 0
+
+
+def parse_tune(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=JSON`` overrides of the controller's ``DEFAULT_TUNING`` (a bare word is a string).  Raises
+    :class:`Refused` for a key the controller does not know or a pair without ``=``."""
+    from infrarsi.controller.search.controller import DEFAULT_TUNING
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, raw = pair.partition("=")
+        if not eq:
+            raise Refused(f"--tune {pair!r}: expected KEY=VALUE")
+        if key not in DEFAULT_TUNING:
+            raise Refused(f"--tune {key}: not a tuning key (known: {', '.join(sorted(DEFAULT_TUNING))})")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def _apply_tune(tune: dict[str, Any]) -> None:
+    """Pool initializer: every controller this worker builds starts from ``DEFAULT_TUNING`` with ``tune``."""
+    from infrarsi.controller.search import controller
+
+    controller.DEFAULT_TUNING.update(tune)
 
 
 def cmd_run(a: argparse.Namespace) -> int:
@@ -343,6 +376,9 @@ def _pool_arguments(p: argparse.ArgumentParser, trials: int) -> None:
     p.add_argument("--trials", type=int, default=trials)
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--out", required=True)
+    p.add_argument("--tune", action="append", default=[], metavar="KEY=JSON",
+                   help="run the controller with this DEFAULT_TUNING override (repeatable): a variant to compare "
+                        "against a sweep of the defaults, with no snapshot or code change")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -134,3 +134,30 @@ def test_a_resample_keeps_cells_that_share_a_seed_paired(sweep) -> None:
         assert m["a/1/infrarsi"] == m["b/1/infrarsi"]  # one draw of seeds for every cell
         seen.add(m["a/1/infrarsi"]["t90"])
     assert len(seen) > 2  # and the draws differ
+
+
+def test_a_tuning_override_reaches_every_worker_and_an_unknown_key_is_refused(sweep, tmp_path: Path,
+                                                                              capsys) -> None:
+    def run(*tune: str) -> dict:
+        out = tmp_path / "s.json"
+        args = ["run", "--landscapes", "heldout_gpt_mig40", "--slots", "4", "--repeats", "2", "--trials", "12",
+                "--jobs", "2", "--out", str(out)]
+        for t in tune:
+            args += ["--tune", t]
+        assert sweep.main(args) == 0
+        return json.loads(out.read_text())
+
+    plain = run()
+    # three random configurations per ask instead of the whole space: the workers' controllers must see it
+    starved = run("pool_limit=0", "pool_sample=3")
+    assert "tune" not in plain and starved["tune"] == {"pool_limit": 0, "pool_sample": 3}
+    assert starved["cells"] != plain["cells"]
+    capsys.readouterr()
+    assert sweep.main(["run", "--landscapes", "heldout_gpt_mig40", "--tune", "trust_radious=1",
+                       "--out", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err
+    assert "--tune trust_radious: not a tuning key" in err and "trust_radius" in err
+    assert not (tmp_path / "x.json").exists()
+    assert sweep.main(["run", "--landscapes", "heldout_gpt_mig40", "--tune", "trust_radius",
+                       "--out", str(tmp_path / "x.json")]) == 2
+    assert "expected KEY=VALUE" in capsys.readouterr().err
