@@ -31,7 +31,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from infrarsi.controller.search import probes, proposals
-from infrarsi.controller.search.batch import AGGRESSIVE
+from infrarsi.controller.search.admission import NearCopies
 from infrarsi.controller.search.failures import FailureLedger
 from infrarsi.controller.search.features import FeatureMap
 from infrarsi.controller.search.models import MemoryModel, TimeModel, log_speedup, memory_rows
@@ -125,6 +125,8 @@ class SearchController:
         needs = [(tuple(r["requires"][0]), tuple(r["requires"][1])) for r in self.experience if "requires" in r]
         self.ledger = FailureLedger(exclude_after=int(self.tune["exclude_after"]), known_conflicts=known,
                                     suspected=hints, known_requirements=needs)
+        #: refuses a second busy near copy of an unresolved crash (admission.NearCopies)
+        self.near_copies = NearCopies(self.ledger, self.space, self.tune, self.gate)
         self.prior_mu, self.prior_sd = self._knob_priors()
         #: settings whose prior came from experience measured elsewhere (retrieved at distance > 0): prior mean
         self.transferred: dict[Setting, float] = {
@@ -158,10 +160,6 @@ class SearchController:
         self.escapes = 0
         self.blame_log: list[str] = []
         self.pre_execution_rejections = 0
-        #: (tells, records with an aggressive suspect, near-copy records per candidate, bold common factors and their
-        #: records): see _near_records
-        self._near_cache: tuple[int, tuple[int, ...], dict[Candidate, frozenset[int]], dict[Setting, frozenset[int]]] \
-            = (-1, (), {}, {})
         #: (tells, values derived from the told history alone): see SearchView.per_tell
         self._tell_memo: tuple[int, dict[str, Any]] = (-1, {})
         self.proposed_by: dict[Candidate, str] = {}  # operator that proposed each asked candidate (reports only)
@@ -261,7 +259,7 @@ class SearchController:
         why = self.ledger.blocked(sets)
         if why:
             return why
-        why = self._second_near_copy(cand, taken)
+        why = self.near_copies.refusal(cand, set(self.outstanding) | taken, len(self.history))
         if why:
             return why
         why = self._suspected(sets) if op != probes.SUSPECT_TEST else None
@@ -294,53 +292,6 @@ class SearchController:
             t for t in self.ledger.suspected
             if not any(set(b) & set(t) and set(b) != set(t) for b in self.ledger.banned)
             and not any(set(t) <= p for p in self.ledger.passing)])
-
-    def _second_near_copy(self, cand: Candidate, taken: set[Candidate]) -> str | None:
-        """Why ``cand`` would be a second busy near copy of a crash whose cause is open, else None.
-
-        A near copy holds more than ``suspect_share`` of a crash record's open suspect tuples
-        (:meth:`FailureLedger.shares`), or (``common_factor``) a setting held by two or more failures and no
-        passing run (:meth:`FailureLedger.common_factors`: FP8 attention that shifts the loss fails beside one
-        new partner after another, and each new pair holds none of the old records' pairs).  One near copy at
-        a time tests the blame; several in flight at once likely share the true cause, crash together and take
-        their slots with them.  Only records with an aggressive suspect count, and only aggressive common
-        factors (a setting whose prior |effect| is :data:`~infrarsi.controller.search.batch.AGGRESSIVE` gates,
-        as for the hedges): in a space of mild levers every good candidate is a near copy of the first crash,
-        and there is no prime suspect to keep apart.  With nothing busy this never refuses, so
-        the one-at-a-time search is unchanged."""
-        busy = set(self.outstanding) | taken
-        if not busy or not self.ledger.crash_records:
-            return None
-        mine = self._near_records(cand)
-        if mine and any(mine & self._near_records(b) for b in busy):
-            limit = float(self.tune["suspect_share"])
-            return (f"a near copy of an unresolved crash is already running (over {limit:.0%} of its suspect tuples, "
-                    "or a setting common to its failures)")
-        return None
-
-    def _near_records(self, cand: Candidate) -> frozenset[int]:
-        """The crash records (indices) of which ``cand`` is a near copy: those with an aggressive suspect whose
-        open tuples it mostly holds, and those of an aggressive common factor it holds.
-
-        Cached until the next tell (the ledger changes only there): admission asks it for every proposed
-        candidate and every busy one."""
-        if self._near_cache[0] != len(self.history):
-            bold = AGGRESSIVE * self.gate
-            records = tuple(i for i, hyps in enumerate(self.ledger.open_suspects())
-                            if any(abs(self.ledger.risk(x)) >= bold for t in hyps for x in t))
-            common = {s: idx for s, idx in self.ledger.common_factors().items()
-                      if abs(self.ledger.risk(s)) >= bold} if self.tune["common_factor"] else {}
-            self._near_cache = (len(self.history), records, {}, common)
-        _, records, known, common = self._near_cache
-        if cand not in known:
-            limit = float(self.tune["suspect_share"])
-            sets = frozenset(x for x in cand.settings(self.space) if x[0] != PATCH)
-            shares = self.ledger.shares(sets) if records else []
-            near = {i for i in records if shares[i] > limit}
-            for s in sets & common.keys():
-                near |= common[s]
-            known[cand] = frozenset(near)
-        return known[cand]
 
     # --------------------------------------------------------------------- ask
     def ask(self, q: int = 1, pending: Sequence[Candidate] = ()) -> list[Candidate]:

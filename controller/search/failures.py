@@ -184,7 +184,7 @@ class FailureLedger:
         The pair rule (:meth:`suspects`) never names one setting of a multi-setting record, so a setting that
         fails on its own (FP8 attention that shifts the loss) is blamed on one new pair per crash; a setting
         common to two failures that has never passed is the simplest explanation of both, and the controller
-        keeps its holders from running several at once (``SearchController._second_near_copy``)."""
+        keeps its holders from running several at once (:class:`~infrarsi.controller.search.admission.NearCopies`)."""
         counts: dict[Setting, list[int]] = {}
         for i, rec in enumerate(self.crash_records):
             for s in rec:
