@@ -69,6 +69,7 @@ DEFAULT_TUNING: dict[str, Any] = {
     "believe_followers": 3,      # busy neighbours after which a pending candidate stops standing in as incumbent
     "suspect_share": 0.5,        # one busy candidate at a time may hold more than this share of a crash's open suspects
     "common_factor": True,       # a setting in two failures and no passing run makes its holders near copies
+    "extrapolate_starts": True,  # an improving start queues extrapolations along the axes it moved from the old incumbent
 }
 
 
@@ -405,7 +406,8 @@ class SearchController:
                 if improved:
                     # two starts differ on axes no move chose: extrapolating between them is a guess
                     proposals.on_improvement(self.view, self.followups, old, cand,
-                                             extrapolate=not (old in self.starts and cand in self.starts))
+                                             extrapolate=not (cand in self.starts and (
+                                                 old in self.starts or not self.tune["extrapolate_starts"])))
             if tag.startswith("backtrack"):
                 proposals.on_backtrack_ok(self.view, self.followups, cand, old_incumbent)
         else:
