@@ -69,7 +69,7 @@ DEFAULT_TUNING: dict[str, Any] = {
     "believe_followers": 3,      # busy neighbours after which a pending candidate stops standing in as incumbent
     "suspect_share": 0.5,        # one busy candidate at a time may hold more than this share of a crash's open suspects
     "common_factor": True,       # a setting in two failures and no passing run makes its holders near copies
-    "extrapolate_starts": True,  # an improving start queues extrapolations along the axes it moved from the old incumbent
+    "extrapolate_starts": True,  # a start that improves on a non-start queues extrapolations (False: it does not)
 }
 
 
@@ -404,7 +404,9 @@ class SearchController:
                 old = self.incumbent
                 self.incumbent, self.incumbent_y = cand, y
                 if improved:
-                    # two starts differ on axes no move chose: extrapolating between them is a guess
+                    # two starts differ on axes no move chose: extrapolating between them is a guess (and, with
+                    # extrapolate_starts off, so is extrapolating from any incumbent to a start: its values came from
+                    # priors or experience, not from a measured step)
                     proposals.on_improvement(self.view, self.followups, old, cand,
                                              extrapolate=not (cand in self.starts and (
                                                  old in self.starts or not self.tune["extrapolate_starts"])))
