@@ -69,7 +69,7 @@ DEFAULT_TUNING: dict[str, Any] = {
     "believe_followers": 3,      # busy neighbours after which a pending candidate stops standing in as incumbent
     "suspect_share": 0.5,        # one busy candidate at a time may hold more than this share of a crash's open suspects
     "common_factor": True,       # a setting in two failures and no passing run makes its holders near copies
-    "extrapolate_starts": True,  # a start that improves on a non-start queues extrapolations (False: it does not)
+    "extrapolate_starts": False,  # True: a start that improves on a non-start queues extrapolations (session 26)
 }
 
 

@@ -659,6 +659,36 @@ def test_no_extrapolation_between_two_starts_only_along_a_move_from_the_incumben
     assert [x for t, x in c.followups.items if t == "extrapolate"] == [move.with_values({"mbs": 1})]
 
 
+@pytest.mark.parametrize("extrapolate_starts", [False, True])
+def test_a_start_that_beats_the_reference_queues_no_extrapolation(extrapolate_starts):
+    """A start's ordered values come from priors or experience, not from a step the search measured: its beating
+    the reference says nothing about the next value along those axes.  The attack: StarCoder A100 -> H100
+    (filtered) extrapolated the experience start's TP2 to TP4 at trial 3, a known loser there.  With the default
+    (``extrapolate_starts`` off) nothing is queued; the old behaviour, kept behind the key, queues micro-batch 8."""
+    space = SearchSpace((
+        KnobSpec("compile", (False, True), False, prior_mean={True: 0.10}),
+        KnobSpec("mbs", (1, 2, 4, 8), 1, ordered=True, prior_mean={2: 0.03, 4: 0.05},
+                 mem_prior_gib={2: 5.0, 4: 10.0}),
+        KnobSpec("tp", (1, 2, 4), 1, ordered=True, prior_mean={2: 0.02}, mem_prior_gib={2: -20.0, 4: -30.0}),
+    ), ())
+    exp = [{"config": {"compile": True, "mbs": 4, "tp": 2}, "speedup": 1.2}]
+    tuning = {} if not extrapolate_starts else {"extrapolate_starts": True}
+    c = SearchController(space, make_noise(), 1.0, 80.0, seed=0, experience=exp, reference_peak_mem_gib=40.0,
+                         **tuning)
+    first = c.starts[0]
+    assert c.incumbent == c.reference and first.value("mbs") == 4
+    c.tell(first, ok(0.20, 50.0))
+    assert c.incumbent == first
+    queued = [x for t, x in c.followups.items if t == "extrapolate"]
+    if extrapolate_starts:
+        assert any(x.value("mbs") == 8 for x in queued)
+    else:
+        assert queued == []
+    move = first.with_values({"mbs": 2})  # a step the search measured still extrapolates, key or not
+    c.tell(move, ok(0.30, 45.0))
+    assert move.with_values({"mbs": 1}) in [x for t, x in c.followups.items if t == "extrapolate"]
+
+
 @pytest.mark.parametrize("start_told", [False, True])
 def test_an_oom_of_a_busy_starts_hedge_takes_no_saver(start_told):
     """A hedge is its start with one or two switches, run beside the start in case the start fails.  When the
