@@ -70,6 +70,7 @@ DEFAULT_TUNING: dict[str, Any] = {
     "suspect_share": 0.5,        # one busy candidate at a time may hold more than this share of a crash's open suspects
     "common_factor": True,       # a setting in two failures and no passing run makes its holders near copies
     "extrapolate_starts": False,  # True: a start that improves on a non-start queues extrapolations (session 26)
+    "split_doubtful": False,     # an improving move of 2+ settings queues it without each untried unsigned one
 }
 
 
@@ -403,6 +404,8 @@ class SearchController:
             if y > self.incumbent_y:
                 old = self.incumbent
                 self.incumbent, self.incumbent_y = cand, y
+                if self.tune["split_doubtful"] and cand not in self.starts:
+                    proposals.on_joint_improvement(self.view, self.followups, old, cand)
                 if improved:
                     # two starts differ on axes no move chose: extrapolating between them is a guess (and, with
                     # extrapolate_starts off, so is extrapolating from any incumbent to a start: its values came from
@@ -410,6 +413,7 @@ class SearchController:
                     proposals.on_improvement(self.view, self.followups, old, cand,
                                              extrapolate=not (cand in self.starts and (
                                                  old in self.starts or not self.tune["extrapolate_starts"])))
+
             if tag.startswith("backtrack"):
                 proposals.on_backtrack_ok(self.view, self.followups, cand, old_incumbent)
         else:

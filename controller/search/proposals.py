@@ -6,7 +6,8 @@ partners) and keeps the first admissible one per slot (the controller fills
 slots one at a time, each with the busy set: running, pending and this batch's
 earlier slots).  Operators, in order: the three starts;
 queued follow-ups derived from tells (bundle completion, conflict
-backtracking and migration, ordered-axis extrapolation, conflict reverts);
+backtracking and migration, ordered-axis extrapolation, conflict reverts, and with the
+``split_doubtful`` key splits of a joint improvement, :func:`on_joint_improvement`);
 one contrarian probe (with experience also a probe of a lever whose sign did
 not transfer, or a test of a suspected conflict, :func:`contrarian`); patch
 stacking and patch exploration; when stalled on an incumbent from
@@ -256,9 +257,9 @@ def on_improvement(view: SearchView, followups: FollowUps, old: Candidate, new: 
     """Extrapolate one step further along every ordered axis the improving move changed (unless
     ``extrapolate`` is false).
 
-    Extrapolations queued from an earlier incumbent are dropped (they are stale).
+    Extrapolations and splits queued from an earlier incumbent are dropped (they are stale).
     """
-    followups.drop(lambda t, c: t != "extrapolate" or view.is_told(c))
+    followups.drop(lambda t, c: t not in ("extrapolate", "split") or view.is_told(c))
     if not extrapolate:
         return
     for k in view.space.knobs:
@@ -271,8 +272,29 @@ def on_improvement(view: SearchView, followups: FollowUps, old: Candidate, new: 
                 _enqueue(view, followups, "extrapolate", new.with_values({k.name: k.values[c]}))
 
 
+def on_joint_improvement(view: SearchView, followups: FollowUps, old: Candidate, new: Candidate) -> None:
+    """Split a joint improvement: when a move from ``old`` changed two or more settings and improved, each
+    *doubtful* setting it introduced (never measured here before, no prior above 0: a sign-unknown lever, such as
+    a parallel degree whose record came from another GPU) is queued for removal, ``new`` with that knob back at
+    ``old``'s value.  One run cannot tell which of the settings paid: without the split a hitchhiker that costs
+    (TP2 beside FP8 on Gemma 9B L40S -> H200) stays in the incumbent and every later move is centred on it."""
+    changed = [k.name for k in view.space.knobs if old.value(k.name) != new.value(k.name)]
+    if len(changed) < 2:
+        return
+    seen: set[Setting] = set()
+    for c, o in view.history:
+        if o.status == "ok" and c != new:
+            seen |= c.settings(view.space)
+    effects = view.single_effects()
+    for name in changed:
+        s = (name, new.value(name))
+        if s in seen or s not in effects or effects[s][0] > 0:
+            continue
+        _enqueue(view, followups, "split", new.with_values({name: old.value(name)}))
+
+
 #: queue priority per follow-up kind (lower first; newest first within one priority)
-PRIORITY = {"bundle": 0, "revert": 0, "migrate": 0, "extrapolate": 1, "backtrack": 1}
+PRIORITY = {"bundle": 0, "revert": 0, "migrate": 0, "extrapolate": 1, "backtrack": 1, "split": 1}
 
 
 def _enqueue(view: SearchView, followups: FollowUps, tag: str, cand: Candidate) -> None:

@@ -689,6 +689,33 @@ def test_a_start_that_beats_the_reference_queues_no_extrapolation(extrapolate_st
     assert move.with_values({"mbs": 1}) in [x for t, x in c.followups.items if t == "extrapolate"]
 
 
+@pytest.mark.parametrize("split", [False, True])
+def test_a_joint_improvement_with_an_unsigned_hitchhiker_is_split_only_with_the_key(split):
+    """A move that changed two untried settings with no positive prior (FP8 and TP2, whose records came from
+    another GPU) and took the incumbent cannot say which one paid.  With ``split_doubtful`` on, each is queued
+    for removal (TP2 was a hitchhiker on Gemma 9B L40S -> H200, seed 2: 12 -> 7 trials to 90%); off (the default:
+    30 seeds, 80 faster / 130 slower, session 27) nothing is queued."""
+    space = SearchSpace((
+        KnobSpec("compile", (False, True), False, prior_mean={True: 0.10}),
+        KnobSpec("fp8", (False, True), False),
+        KnobSpec("tp", (1, 2, 4), 1, ordered=True, mem_prior_gib={2: -20.0, 4: -30.0}),
+    ), ())
+    c = SearchController(space, make_noise(), 1.0, 80.0, seed=0, reference_peak_mem_gib=40.0,
+                         **({"split_doubtful": True} if split else {}))
+    c.starts = []
+    base = c.reference.with_values({"compile": True})
+    c.tell(base, ok(0.10, 40.0))
+    joint = base.with_values({"fp8": True, "tp": 2})
+    c.tell(joint, ok(0.11, 30.0))
+    assert c.incumbent == joint
+    queued = [x for t, x in c.followups.items if t == "split"]
+    if split:
+        assert sorted(queued, key=lambda x: x.signature) == sorted(
+            [joint.with_values({"fp8": False}), joint.with_values({"tp": 1})], key=lambda x: x.signature)
+    else:
+        assert queued == []
+
+
 @pytest.mark.parametrize("start_told", [False, True])
 def test_an_oom_of_a_busy_starts_hedge_takes_no_saver(start_told):
     """A hedge is its start with one or two switches, run beside the start in case the start fails.  When the
