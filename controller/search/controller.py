@@ -413,7 +413,6 @@ class SearchController:
                     proposals.on_improvement(self.view, self.followups, old, cand,
                                              extrapolate=not (cand in self.starts and (
                                                  old in self.starts or not self.tune["extrapolate_starts"])))
-
             if tag.startswith("backtrack"):
                 proposals.on_backtrack_ok(self.view, self.followups, cand, old_incumbent)
         else:

@@ -634,17 +634,22 @@ def test_the_experience_start_never_takes_a_saver_a_known_conflict_blocks():
     assert c.starts[0].as_dict() == {"compile": True, "mbs": 2, "tp": 4}
 
 
-def test_no_extrapolation_between_two_starts_only_along_a_move_from_the_incumbent():
-    """Two starts differ on axes no single move chose (here TP4 -> TP2): the second beating the first says
-    nothing about TP1, so no extrapolation is queued, and a stale one is dropped.  A move the search made
-    from the incumbent (micro-batch 4 -> 2) that improves is extrapolated one step further (micro-batch 1).
-    Before, the second start queued TP1, which ran out of memory on Gemma 9B H200 -> L40S."""
-    space = SearchSpace((
+def _compile_mbs_tp_space() -> SearchSpace:
+    """compile (prior +0.10), an ordered micro-batch axis 1-8 and an ordered TP axis 1-4 that saves memory."""
+    return SearchSpace((
         KnobSpec("compile", (False, True), False, prior_mean={True: 0.10}),
         KnobSpec("mbs", (1, 2, 4, 8), 1, ordered=True, prior_mean={2: 0.03, 4: 0.05},
                  mem_prior_gib={2: 5.0, 4: 10.0}),
         KnobSpec("tp", (1, 2, 4), 1, ordered=True, prior_mean={2: 0.02}, mem_prior_gib={2: -20.0, 4: -30.0}),
     ), ())
+
+
+def test_no_extrapolation_between_two_starts_only_along_a_move_from_the_incumbent():
+    """Two starts differ on axes no single move chose (here TP4 -> TP2): the second beating the first says
+    nothing about TP1, so no extrapolation is queued, and a stale one is dropped.  A move the search made
+    from the incumbent (micro-batch 4 -> 2) that improves is extrapolated one step further (micro-batch 1).
+    Before, the second start queued TP1, which ran out of memory on Gemma 9B H200 -> L40S."""
+    space = _compile_mbs_tp_space()
     exp = [{"config": {"compile": True, "mbs": 4, "tp": 4}, "speedup": 1.2}]
     c = SearchController(space, make_noise(), 1.0, 80.0, seed=0, experience=exp, reference_peak_mem_gib=40.0)
     first, second = c.starts[0], c.starts[1]
@@ -665,12 +670,7 @@ def test_a_start_that_beats_the_reference_queues_no_extrapolation(extrapolate_st
     the reference says nothing about the next value along those axes.  The attack: StarCoder A100 -> H100
     (filtered) extrapolated the experience start's TP2 to TP4 at trial 3, a known loser there.  With the default
     (``extrapolate_starts`` off) nothing is queued; the old behaviour, kept behind the key, queues micro-batch 8."""
-    space = SearchSpace((
-        KnobSpec("compile", (False, True), False, prior_mean={True: 0.10}),
-        KnobSpec("mbs", (1, 2, 4, 8), 1, ordered=True, prior_mean={2: 0.03, 4: 0.05},
-                 mem_prior_gib={2: 5.0, 4: 10.0}),
-        KnobSpec("tp", (1, 2, 4), 1, ordered=True, prior_mean={2: 0.02}, mem_prior_gib={2: -20.0, 4: -30.0}),
-    ), ())
+    space = _compile_mbs_tp_space()
     exp = [{"config": {"compile": True, "mbs": 4, "tp": 2}, "speedup": 1.2}]
     tuning = {} if not extrapolate_starts else {"extrapolate_starts": True}
     c = SearchController(space, make_noise(), 1.0, 80.0, seed=0, experience=exp, reference_peak_mem_gib=40.0,
