@@ -541,7 +541,7 @@ def test_a_probe_of_a_setting_brings_the_partner_the_ledger_found_it_needs():
     probe brings ``r`` along, unless ``r`` would bring a banned tuple back.  Control: no requirement, no partner."""
     space = SearchSpace((KnobSpec("gather", (False, True), False), KnobSpec("distopt", (False, True), False),
                          KnobSpec("mb", (1, 2), 1), KnobSpec("tp", (1, 4), 1)))
-    G, D, M, T = ("gather", True), ("distopt", True), ("mb", 2), ("tp", 4)
+    G, D = ("gather", True), ("distopt", True)
     c = SearchController(space, make_noise(), 1.0, 80.0, seed=0)
     base = c.reference.with_values({"mb": 2})
     assert moves.with_setting(c.view, base, G).as_dict()["distopt"] is False  # control: nothing learned
