@@ -173,7 +173,8 @@ class CampaignEngine:
     def apply(self, c: CampaignRecord, action: states.Action) -> None:
         """Carry out one action of ``c``'s state function (see :mod:`infrarsi.controller.campaign.states`)."""
         if isinstance(action, states.Launch):
-            self.launcher.new_trial(c, action.stage, action.candidate, group_key=action.group_key)
+            self.launcher.new_trial(c, action.stage, action.candidate, group_key=action.group_key,
+                                    asked_after=action.asked_after)
         elif isinstance(action, states.LockScope):
             scope = states.lock_scope_for(c, self.contract(c), self.settings)  # hashes the repository
             for then in states.scope_locked(c, scope):

@@ -183,15 +183,17 @@ class TrialLauncher:
         return refs
 
     # ------------------------------------------------------------------ launching
-    def new_trial(self, c: CampaignRecord, stage: str, cand: Candidate,
-                  group_key: str | None = None) -> TrialRecord | None:
-        """Record a trial as ``intent`` and launch it; None (nothing recorded) while paused."""
+    def new_trial(self, c: CampaignRecord, stage: str, cand: Candidate, group_key: str | None = None,
+                  asked_after: int | None = None) -> TrialRecord | None:
+        """Record a trial as ``intent`` and launch it; None (nothing recorded) while paused.  ``asked_after``: see
+        :meth:`~infrarsi.controller.store.base.Store.add_trial_intent`."""
         if self.paused:
             return None
         key = uuid.uuid4().hex
         _, out = trial_dirs(Path(c.workdir), key)
         t = self.store.add_trial_intent(c.id, key, stage, cand.as_dict(), sorted(cand.patches), cand.signature,
-                                        c.executor, str(out), self.contracts.devices(c), c.partition, group_key)
+                                        c.executor, str(out), self.contracts.devices(c), c.partition, group_key,
+                                        asked_after=asked_after)
         crash_point("after_intent")
         self.launch(c, t)
         return t

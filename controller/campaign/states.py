@@ -100,6 +100,8 @@ class Launch:
     stage: str
     candidate: Candidate
     group_key: str | None = None
+    #: search trials told when the search proposed ``candidate`` (stored with the trial for the replay)
+    asked_after: int | None = None
 
 
 @dataclass(frozen=True)
@@ -286,9 +288,10 @@ def run(s: Snapshot) -> list[Action]:
         slots = min(s.slots(c.budget_trials), c.budget_trials - len(trials), money.search_slots())
         if slots > 0:
             pending = [searchglue.candidate_of(t) for t in live]
-            cands = s.build_search().ask(slots, pending=pending)
+            ctrl = s.build_search()
+            cands = ctrl.ask(slots, pending=pending)
             if cands:
-                return [Launch("search", cand) for cand in cands]
+                return [Launch("search", cand, asked_after=len(ctrl.history)) for cand in cands]
             out_of_budget = not live and not s.proposers_busy
     if not live and out_of_budget:  # `money` is current: nothing in flight, no trial cost booked since
         result = result_of(c).replace(budget_at_search_stop=money.to_dict())

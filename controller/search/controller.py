@@ -8,7 +8,11 @@ sequence of ``tell`` calls, and the outstanding candidates (asked but not yet
 told, plus ``pending``).  All state mutates in ``tell``; randomness is seeded
 from ``(seed, number of tells, number busy)``.  A controller rebuilt by
 replaying every recorded tell proposes the same next candidates when given the
-still-running candidates as ``pending``.
+still-running candidates as ``pending`` and, before the tells, each candidate's
+ask point in :attr:`SearchController.asked_at` (how many tells it was asked
+after; ``ask`` records it live, the campaign stores it as ``trials.asked_after``):
+with ``stall_blind`` a trial asked before the last improvement was told is no
+stall of escape mode.
 
 Batches and asynchronous slots: ``ask(q)`` fills slots one at a time and equals
 ``q`` successive ``ask(1, pending=...)`` calls; busy candidates are fantasized
@@ -71,6 +75,7 @@ DEFAULT_TUNING: dict[str, Any] = {
     "common_factor": True,       # a setting in two failures and no passing run makes its holders near copies
     "extrapolate_starts": False,  # True: a start that improves on a non-start queues extrapolations (session 26)
     "split_doubtful": False,     # an improving move of 2+ settings queues it without each untried unsigned one
+    "stall_blind": False,        # escape mode counts no stall of a trial asked before the last improvement was told
 }
 
 
@@ -159,7 +164,13 @@ class SearchController:
         self.incumbent: Candidate = self.reference
         self.incumbent_y = 0.0
         self.stall = 0
+        #: ``stall`` without the trials asked before the last improvement was told (``stall_blind``)
+        self.seen_stall = 0
         self.escapes = 0
+        #: per candidate, how many tells it was asked after (set by ``ask``; a replay sets it before the tells)
+        self.asked_at: dict[Candidate, int] = {}
+        #: how many tells there were once the last improvement was told
+        self.incumbent_at = 0
         self.blame_log: list[str] = []
         self.pre_execution_rejections = 0
         #: (tells, values derived from the told history alone): see SearchView.per_tell
@@ -328,6 +339,7 @@ class SearchController:
             self.proposed_by[got[1]] = got[0]
         for c in out:
             self.outstanding[c] = None  # registered as visited before execution
+            self.asked_at.setdefault(c, len(self.history))
         return out
 
     @contextlib.contextmanager
@@ -377,6 +389,7 @@ class SearchController:
         Raises ValueError if ``cand`` does not belong to the space (unknown knob, value or patch).
         """
         self.space.check(cand)
+        blind = bool(self.tune["stall_blind"]) and self.asked_at.get(cand, len(self.history)) < self.incumbent_at
         prev_pred = float(self.predict([cand])[0][0])
         prev_mem = self.mem.predict(self.fmap.encode([cand])) if self.tune["memory_pairs"] else None
         self.outstanding.pop(cand, None)
@@ -425,6 +438,9 @@ class SearchController:
             self._tabu_move(cand)
         if cand not in self.starts:
             self.stall = 0 if improved else self.stall + 1
+            self.seen_stall = 0 if improved else self.seen_stall + (0 if blind else 1)
+        if improved:
+            self.incumbent_at = len(self.history)
         if self.stall >= int(self.tune["stall_trials"]):
             self.escapes += 1
 

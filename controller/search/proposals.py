@@ -464,9 +464,10 @@ def propose(view: SearchView, rng: np.random.Generator, taken: set[Candidate],
     if len(busy) >= THOMPSON_BUSY:
         yield from _thompson(view, rows, p, dist, crowded, inc, rng)
     st = int(view.tune["stall_trials"])
-    if view.stall >= st:
+    stall = view.escape_stall
+    if stall >= st:
         every = int(view.tune["restart_every"])
-        if (view.stall - st) % every == every - 1:
+        if (stall - st) % every == every - 1:
             cls = _class(view, inc, big)
             others = [(o.step_time_s, c.signature, c) for c, o in view.history
                       if o.status == "ok" and _class(view, c, big) != cls]
@@ -474,7 +475,7 @@ def propose(view: SearchView, rng: np.random.Generator, taken: set[Candidate],
                 center = min(others)[2]
                 cd = (rows != pool.row_of(center)).sum(axis=1)
                 yield from ranked(ok & (cd <= 2), "restart")
-        dmin = min(3, 1 + view.stall - st)
+        dmin = min(3, 1 + stall - st)
         tabu = view.active_tabu_moves()
         moves_ok = np.ones(len(rows), dtype=bool)
         if tabu:

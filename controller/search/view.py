@@ -155,6 +155,12 @@ class SearchView:
         return self._c.stall
 
     @property
+    def escape_stall(self) -> int:
+        """The stall that drives escape mode: with ``stall_blind`` on, the non-improving tells of candidates asked
+        after the last improvement was told (one asked before it never saw the incumbent it failed to beat)."""
+        return self._c.seen_stall if self._c.tune["stall_blind"] else self._c.stall
+
+    @property
     def history(self) -> tuple[tuple[Candidate, Outcome], ...]:
         """Every told ``(candidate, outcome)``, in tell order."""
         return tuple(self._c.history)

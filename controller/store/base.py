@@ -149,8 +149,12 @@ class Store(ABC):
     @abstractmethod
     def add_trial_intent(self, campaign_id: int, trial_key: str, stage: str, config: dict[str, Any],
                          patches: list[str], signature: str, executor: str, outdir: str, gpus: int,
-                         partition: str | None, group_key: str | None = None) -> TrialRecord:
-        """Record the intent to launch (status ``intent``) with the next sequence number of the campaign."""
+                         partition: str | None, group_key: str | None = None,
+                         asked_after: int | None = None) -> TrialRecord:
+        """Record the intent to launch (status ``intent``) with the next sequence number of the campaign.
+
+        ``asked_after``: for a search trial, how many search trials the controller had been told when it proposed
+        this one (:attr:`TrialRecord.asked_after`; the replay needs it, see ``searchglue.rebuild_controller``)."""
 
     @abstractmethod
     def mark_submitted(self, trial_id: int, job_id: str, submit_time: float) -> TrialRecord:

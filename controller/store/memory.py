@@ -293,7 +293,8 @@ class MemoryStore(ExperienceMemoryMixin, Store):
     # ------------------------------------------------------------------ trials
     def add_trial_intent(self, campaign_id: int, trial_key: str, stage: str, config: dict[str, Any],
                          patches: list[str], signature: str, executor: str, outdir: str, gpus: int,
-                         partition: str | None, group_key: str | None = None) -> TrialRecord:
+                         partition: str | None, group_key: str | None = None,
+                         asked_after: int | None = None) -> TrialRecord:
         with self._write():
             existing = next((t for t in self.db.trials.values() if t.trial_key == trial_key), None)
             if existing is not None:
@@ -304,7 +305,7 @@ class MemoryStore(ExperienceMemoryMixin, Store):
                               stage=stage, config=_copy(config), patches=list(patches), signature=signature,
                               group_key=group_key, status="intent", outcome=None, reason=None, executor=executor,
                               job_id=None, submit_time=None, start_time=None, end_time=None, gpus=gpus,
-                              partition=partition, attempt=1, outdir=outdir)
+                              partition=partition, attempt=1, outdir=outdir, asked_after=asked_after)
             self.db.trials[rec.id] = rec
             self._event("trial.intent", {"stage": stage, "config": config, "patches": list(patches),
                                          "key": trial_key}, campaign_id=campaign_id, trial_id=rec.id)

@@ -123,6 +123,8 @@ class Trial(Base):
     partition: Mapped[str | None] = mapped_column(String(100), nullable=True)
     attempt: Mapped[int] = mapped_column(Integer, default=1)
     outdir: Mapped[str] = mapped_column(Text)
+    #: search trials told when the search proposed this one (migration 0010); NULL for other stages and old rows
+    asked_after: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
     campaign: Mapped[Campaign] = relationship(back_populates="trials")

@@ -84,6 +84,8 @@ class TrialRecord:
     partition: str | None
     attempt: int
     outdir: str
+    #: search trials the controller had been told when it proposed this one (None: not recorded)
+    asked_after: int | None = None
 
     @property
     def live(self) -> bool:

@@ -211,7 +211,8 @@ class SqlStore(ExperienceSqlMixin, Store):
     # trials ------------------------------------------------------------------
     def add_trial_intent(self, campaign_id: int, trial_key: str, stage: str, config: dict[str, Any],
                          patches: list[str], signature: str, executor: str, outdir: str, gpus: int,
-                         partition: str | None, group_key: str | None = None) -> TrialRecord:
+                         partition: str | None, group_key: str | None = None,
+                         asked_after: int | None = None) -> TrialRecord:
         with self._tx() as s:
             existing = s.scalar(select(m.Trial).where(m.Trial.trial_key == trial_key))
             if existing is not None:
@@ -219,7 +220,7 @@ class SqlStore(ExperienceSqlMixin, Store):
             seq = (s.scalar(select(func.max(m.Trial.seq)).where(m.Trial.campaign_id == campaign_id)) or 0) + 1
             row = m.Trial(campaign_id=campaign_id, seq=seq, trial_key=trial_key, stage=stage, config_json=config,
                           patches_json=list(patches), signature=signature, group_key=group_key, status="intent",
-                          executor=executor, outdir=outdir, gpus=gpus, partition=partition)
+                          executor=executor, outdir=outdir, gpus=gpus, partition=partition, asked_after=asked_after)
             s.add(row)
             s.flush()
             s.add(m.Event(campaign_id=campaign_id, trial_id=row.id, kind="trial.intent",

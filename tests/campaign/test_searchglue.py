@@ -76,3 +76,18 @@ def test_rebuilt_controller_is_deterministic_and_ignores_cancelled(ran) -> None:
     assert len(build(cancelled).history) == 0  # cancelled trials teach the search nothing
     noise = searchglue.noise_from_doctor(doctor_of(c))
     assert noise.sigma_pair == pytest.approx(c.doctor["sigma_pair"])
+
+
+def test_search_trials_record_when_they_were_asked_and_the_replay_reads_it(ran) -> None:
+    """Every search trial of a campaign run at two slots stores how many search trials had been told when it was
+    proposed (reference and promotion trials store nothing); the first two went out together before any tell, and
+    the rebuilt controller holds exactly these ask points (``stall_blind`` replays from them)."""
+    eng, c = ran
+    trials = eng.store.list_trials(c.id)
+    search = sorted((t for t in trials if t.stage == "search"), key=lambda t: t.seq)
+    assert all(t.asked_after is None for t in trials if t.stage != "search")
+    asked = [t.asked_after for t in search]
+    assert asked[:2] == [0, 0] and asked == sorted(asked) and all(a <= i for i, a in enumerate(asked))
+    ctrl = searchglue.rebuild_controller(eng.contract(c), scope_of(c), doctor_of(c), c.seed, trials,
+                                         eng.store.observations(c.id), experience=c.doctor.get("experience"))
+    assert {searchglue.candidate_of(t): t.asked_after for t in search} == ctrl.asked_at

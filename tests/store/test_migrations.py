@@ -1,4 +1,5 @@
-"""Alembic migrations on SQLite and PostgreSQL: empty -> head -> base, and upgrade from a stored 0001 database."""
+"""Alembic migrations on SQLite and PostgreSQL: empty -> head -> base, and upgrades from stored databases of earlier
+revisions (0001, 0002, 0009; the experience revisions in test_experience_migration.py)."""
 
 from __future__ import annotations
 
@@ -101,3 +102,28 @@ def test_upgrade_from_stored_0002_adds_the_lease(tmp_path: Path) -> None:
     migrate.downgrade(url, "0002")  # and back: the lease table goes, the rows stay
     assert "leader_lease" not in inspect(create_engine(url)).get_table_names()
     assert migrate.current_revision(url) == "0002"
+
+
+def test_upgrade_from_stored_0009_adds_trial_asked_after(tmp_path: Path) -> None:
+    """Revision 0010 from tests/store/data/v0009.sqlite (campaign 'gpt-v9': an ingested reference, an ingested
+    search trial, one still submitted): every trial survives with asked_after None (counted as before), a new
+    trial stores it, and the downgrade drops only the column."""
+    db = tmp_path / "old9.sqlite"
+    shutil.copy(DATA / "v0009.sqlite", db)
+    url = f"sqlite:///{db}"
+    assert migrate.current_revision(url) == "0009"
+    store = open_store(url)
+    assert migrate.current_revision(url) == migrate.head_revision()
+    (c,) = store.list_campaigns()
+    old = store.list_trials(c.id)
+    assert [(t.trial_key, t.stage, t.status) for t in old] == [
+        ("ref1", "reference", "ingested"), ("s1", "search", "ingested"), ("s2", "search", "submitted")]
+    assert all(t.asked_after is None for t in old)
+    new = store.add_trial_intent(c.id, "s3", "search", {"mb": 2}, [], "sig-s3", "slurm", "/o/s3", 1, "gpu",
+                                 asked_after=1)
+    assert new.seq == 4 and store.list_trials(c.id)[-1].asked_after == 1
+    migrate.downgrade(url, "0009")
+    cols = {col["name"] for col in inspect(create_engine(url)).get_columns("trials")}
+    assert "asked_after" not in cols and "outdir" in cols
+    with create_engine(url).connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM trials")).scalar() == 4
