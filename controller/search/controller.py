@@ -75,7 +75,7 @@ DEFAULT_TUNING: dict[str, Any] = {
     "common_factor": True,       # a setting in two failures and no passing run makes its holders near copies
     "extrapolate_starts": False,  # True: a start that improves on a non-start queues extrapolations (session 26)
     "split_doubtful": False,     # an improving move of 2+ settings queues it without each untried unsigned one
-    "stall_blind": False,        # escape mode counts no stall of a trial asked before the last improvement was told
+    "stall_blind": True,         # escape mode counts no stall of a trial asked before the last improvement was told
 }
 
 

@@ -128,6 +128,7 @@ def test_async_replay_after_restart_proposes_the_same_next_candidate():
         log.append((done, o))
     nxt = a.ask(1, pending=running)
     b = SearchController(space, make_noise(), 1.0, 80.0, seed=7, reference_peak_mem_gib=70.0)  # the restarted daemon
+    b.asked_at.update({c: n for c, n in a.asked_at.items() if c not in nxt})  # its stored trials.asked_after
     for cand, o in log:
         b.tell(cand, o)
     assert b.ask(1, pending=running) == nxt
