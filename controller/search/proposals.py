@@ -13,7 +13,8 @@ not transfer, or a test of a suspected conflict, :func:`contrarian`); patch
 stacking and patch exploration; when stalled on an incumbent from
 transferred experience, the refine sweep of its uncovered levers
 (:mod:`refine`); warm restarts and trust-region escape over the
-big-knob set when stalled, else the normal trust region; finally the whole
+big-knob set when stalled (:attr:`SearchView.escape_stall`: trials asked before the
+last improvement was told are no stall there), else the normal trust region; finally the whole
 pool by acquisition.  Nothing here mutates
 the controller: operators see it through a read-only
 :class:`~infrarsi.controller.search.view.SearchView`, and only the ``on_*`` hooks, which run inside
