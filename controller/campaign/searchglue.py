@@ -120,7 +120,9 @@ def rebuild_controller(contract: Contract, scope: Scope, doctor: Doctor, seed: i
         tuning["reference_peak_mem_gib"] = float(doctor.reference_peak_mem_gib)
     ctrl = SearchController(space, noise_from_doctor(doctor), float(doctor.t0), contract.search_capacity_gib,
                             seed=seed, experience=experience, phase_shares=doctor.phase_shares, **tuning)
-    for t in trials:  # when each was proposed: a trial asked before the last improvement is no stall (stall_blind)
+    # when each was proposed (a trial asked before the last improvement is no stall, stall_blind); in launch order,
+    # so a candidate run twice keeps its first ask point whatever order ``trials`` comes in
+    for t in sorted(trials, key=lambda t: t.seq):
         if t.stage == "search" and t.asked_after is not None:
             ctrl.asked_at.setdefault(candidate_of(t), t.asked_after)
     done = [t for t in trials if t.stage == "search" and t.status == "ingested" and t.outcome != "cancelled"]
