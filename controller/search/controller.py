@@ -76,6 +76,7 @@ DEFAULT_TUNING: dict[str, Any] = {
     "extrapolate_starts": False,  # True: a start that improves on a non-start queues extrapolations (session 26)
     "split_doubtful": False,     # an improving move of 2+ settings queues it without each untried unsigned one
     "stall_blind": True,         # escape mode counts no stall of a trial asked before the last improvement was told
+    "failure_signatures": True,  # a crash's ban is chosen on the evidence of crashes with the same error only
 }
 
 
@@ -131,7 +132,8 @@ class SearchController:
         hints = [tuple(tuple(s) for s in r["suspect"]) for r in self.experience if "suspect" in r]
         needs = [(tuple(r["requires"][0]), tuple(r["requires"][1])) for r in self.experience if "requires" in r]
         self.ledger = FailureLedger(exclude_after=int(self.tune["exclude_after"]), known_conflicts=known,
-                                    suspected=hints, known_requirements=needs)
+                                    suspected=hints, known_requirements=needs,
+                                    signatures=bool(self.tune["failure_signatures"]))
         #: refuses a second busy near copy of an unresolved crash (admission.NearCopies)
         self.near_copies = NearCopies(self.ledger, self.space, self.tune, self.gate)
         self.prior_mu, self.prior_sd = self._knob_priors()

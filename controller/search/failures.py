@@ -18,7 +18,13 @@
   such crashes used to stay unexplained or be pinned on an innocent pair
   that then blocked the peak).  Bans are re-derived
   from all records after each observation, so a tuple later seen passing is
-  exonerated, and a tuple implicated by several crashes wins ties.  The ban is one
+  exonerated, and a tuple implicated by several crashes of the same kind
+  wins ties.  A record's kind is its failure signature
+  (:func:`failure_signature`: the status and the error message with its
+  numbers, addresses and paths masked): two crashes that fail with different
+  errors have different causes, so one never counts as evidence for the
+  other's explanation (a recompile-limit crash and an unpadded batch without
+  the varlen kernel each pointed at the pair all the first starts held).  The ban is one
   guess among the record's open tuples (:meth:`FailureLedger.suspects`); how much of
   that open set a new candidate holds (:meth:`FailureLedger.shares`) tells how likely
   it is to repeat the crash whatever the true cause, which the controller uses to keep
@@ -33,6 +39,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Callable
@@ -40,6 +47,24 @@ from typing import Callable
 from infrarsi.controller.search.space import PATCH, Outcome, Setting, settings_key
 
 Tuple_ = tuple[Setting, ...]
+
+
+#: what :func:`failure_signature` masks: hex addresses, paths, then numbers (with decimals and exponents)
+_MASKS = (re.compile(r"0x[0-9a-fA-F]+"), re.compile(r"(?:[\w.-]*/)+[\w.-]+"),
+          re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"))
+SIGNATURE_CHARS = 160
+
+
+def failure_signature(status: str, reason: str) -> str:
+    """The kind of a failure: its status and its one-line reason, lower-cased, with hex addresses, paths and
+    numbers masked and whitespace collapsed (the first :data:`SIGNATURE_CHARS` characters).  Two failures of
+    one cause give one signature (a loss drift of 3.1% and one of 4.7%; the same exception on another rank
+    or address); failures whose messages differ get different ones.  An empty reason says nothing about the
+    cause: every such failure of one status shares the signature."""
+    text = " ".join((reason or "").split()).lower()
+    for mask in _MASKS:
+        text = mask.sub("#", text)
+    return f"{status}: {text[:SIGNATURE_CHARS]}"
 
 
 def _tkey(t: Tuple_) -> tuple[str, ...]:
@@ -61,6 +86,10 @@ class FailureLedger:
     suspected: list[Tuple_] = field(default_factory=list)
     passing: list[frozenset[Setting]] = field(default_factory=list)
     crash_records: list[frozenset[Setting]] = field(default_factory=list)
+    #: per crash record, its kind (:func:`failure_signature`; all one kind when ``signatures`` is off)
+    crash_kinds: list[str] = field(default_factory=list)
+    #: count a tuple's or requirement's evidence only among records of the explained record's kind
+    signatures: bool = True
     needs_saver: dict[Setting, float] = field(default_factory=dict)
     saver_sets_failed: dict[Setting, set[frozenset[Setting]]] = field(default_factory=dict)
     excluded: set[Setting] = field(default_factory=set)
@@ -108,6 +137,7 @@ class FailureLedger:
         if outcome.status == "oom":
             return self._record_oom(knob_settings, outcome, mem_delta)
         self.crash_records.append(knob_settings)
+        self.crash_kinds.append(failure_signature(outcome.status, outcome.reason) if self.signatures else "")
         self._rederive()
         return f"conflict: {self.minimal_tuple(knob_settings)}"
 
@@ -153,21 +183,25 @@ class FailureLedger:
     def minimal_tuple(self, settings: frozenset[Setting]) -> Tuple_ | None:
         """Smallest pair/triple of ``settings`` absent from all passing runs (None if none).
 
-        Among several, prefer the tuple implicated by the most crash records, then one another campaign
-        suspected (``suspected``), then the most aggressive one (largest summed prior |effect|, ``risk``), then
-        a canonical order.
+        Among several, prefer the tuple implicated by the most crash records of the kind ``settings`` last
+        failed with (all records when it has no crash record), then one another campaign suspected
+        (``suspected``), then the most aggressive one (largest summed prior |effect|, ``risk``), then a
+        canonical order.
         """
-        return self._pick(self.suspects(settings))
+        kind = next((k for r, k in zip(reversed(self.crash_records), reversed(self.crash_kinds)) if r == settings),
+                    None)
+        return self._pick(self.suspects(settings), kind)
 
-    def _pick(self, options: list[Tuple_]) -> Tuple_ | None:
-        """The tuple :meth:`minimal_tuple` bans among a record's open ``options`` (None if there are none)."""
+    def _pick(self, options: list[Tuple_], kind: str | None = None) -> Tuple_ | None:
+        """The tuple :meth:`minimal_tuple` bans among a record's open ``options`` (None if there are none),
+        counting the evidence among crash records of ``kind`` (all records when None)."""
         if not options:
             return None
         risk = self.risk
         hinted = {_tkey(t) for t in self.suspected}
 
         def score(t: Tuple_) -> tuple:
-            return (-self._tuple_hits(t), _tkey(t) not in hinted, -sum(abs(risk(s)) for s in t), _tkey(t))
+            return (-self._tuple_hits(t, kind), _tkey(t) not in hinted, -sum(abs(risk(s)) for s in t), _tkey(t))
         return min(options, key=score)
 
     def shares(self, settings: frozenset[Setting]) -> list[float]:
@@ -216,29 +250,31 @@ class FailureLedger:
                     out.append((s, r))
         return out
 
-    def _tuple_hits(self, t: Tuple_) -> int:
-        """How many crash records hold every setting of ``t``."""
-        return sum(1 for rec in self.crash_records if set(t) <= rec)
+    def _tuple_hits(self, t: Tuple_, kind: str | None = None) -> int:
+        """How many crash records (of ``kind``; all when None) hold every setting of ``t``."""
+        return sum(1 for rec, k in zip(self.crash_records, self.crash_kinds)
+                   if set(t) <= rec and kind in (None, k))
 
-    def _requirement_hits(self, req: tuple[Setting, Setting]) -> int:
-        """How many crash records hold ``s`` without ``r``."""
+    def _requirement_hits(self, req: tuple[Setting, Setting], kind: str | None = None) -> int:
+        """How many crash records (of ``kind``; all when None) hold ``s`` without ``r``."""
         s, r = req
-        return sum(1 for rec in self.crash_records if s in rec and r not in rec)
+        return sum(1 for rec, k in zip(self.crash_records, self.crash_kinds)
+                   if s in rec and r not in rec and kind in (None, k))
 
     def _rederive(self) -> None:
         banned: dict[tuple[str, ...], Tuple_] = {}
         required: dict[tuple[str, str], tuple[Setting, Setting]] = {}
         self.unexplained = 0
         self._suspects = [self.suspects(rec) for rec in self.crash_records]
-        for rec, hyps in zip(self.crash_records, self._suspects):
-            t = self._pick(hyps)
+        for rec, kind, hyps in zip(self.crash_records, self.crash_kinds, self._suspects):
+            t = self._pick(hyps, kind)
             reqs = self.requirements_of(rec)
             if reqs:
-                # a requirement explains the record only when it accounts for more crash records than any open
-                # tuple does (ties keep the tuple: the pair ban is the older, better-measured rule)
-                hits, best = max(((self._requirement_hits(q), q) for q in reqs),
+                # a requirement explains the record only when it accounts for more crash records of its kind
+                # than any open tuple does (ties keep the tuple: the pair ban is the older, better-measured rule)
+                hits, best = max(((self._requirement_hits(q, kind), q) for q in reqs),
                                  key=lambda hq: (hq[0], settings_key(hq[1][1])))
-                if hits > (self._tuple_hits(t) if t is not None else 0):
+                if hits > (self._tuple_hits(t, kind) if t is not None else 0):
                     required[(settings_key(best[0]), settings_key(best[1]))] = best
                     continue
             if t is None:

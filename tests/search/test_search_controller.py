@@ -774,3 +774,27 @@ def test_a_trial_asked_before_the_last_improvement_is_no_escape_stall_with_the_k
         replayed.tell(cand, outcome)
     assert replayed.view.escape_stall == c.view.escape_stall
     assert replayed.ask(2) == c.ask(2)
+
+
+def test_the_ledger_counts_evidence_by_error_kind_unless_the_key_is_off(monkeypatch):
+    """End to end on BERT's two-cause trap (heldout_bert_unpad_a100, four slots, seed 0): with evidence counted
+    across every failure, the innocent (fused LAMB, micro-batch 32) pair all the first starts held is banned
+    and the campaign never reaches 90% of the peak in 32 trials; with failure signatures it does."""
+    from pathlib import Path
+
+    from infrarsi.controller.search import benchmark, controller as controller_mod
+    from infrarsi.controller.search.landscape import load_landscape
+
+    land = load_landscape(Path(__file__).resolve().parents[2] / "bench/landscapes/heldout_bert_unpad_a100.py")
+    target = 0.9 * math.log(land.peak_speedup())
+
+    def reached(signatures: bool) -> bool:
+        monkeypatch.setitem(controller_mod.DEFAULT_TUNING, "failure_signatures", signatures)
+        camp = benchmark.simulate_campaign(land, "infrarsi", 0, 32, slots=4)
+        best = [land.true_speedup(b) for b in camp.result.best_after if b is not None]
+        return any(b is not None and math.log(b) >= target for b in best)
+
+    assert SearchController(toy_space(), make_noise(), 1.0, 80.0).ledger.signatures
+    assert not SearchController(toy_space(), make_noise(), 1.0, 80.0, failure_signatures=False).ledger.signatures
+    assert reached(True)
+    assert not reached(False)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infrarsi.controller.search.failures import FailureLedger
+from infrarsi.controller.search.failures import FailureLedger, failure_signature
 from infrarsi.controller.search.space import PATCH, Outcome
 
 from tests.search.conftest import max_share
@@ -214,3 +214,59 @@ def test_failures_that_share_several_untried_settings_name_no_common_factor():
     assert led.common_factors() == {}
     led.record(frozenset({A, C, D}), CRASH, lambda s: 0.0)  # without B: A is common to all three, B to two of them
     assert led.common_factors() == {A: frozenset({0, 1, 2})}
+
+
+def test_a_failure_signature_masks_numbers_addresses_and_paths_but_keeps_the_error():
+    drift = failure_signature("rejected", "loss 1.97 beyond tolerance 0.03")
+    assert drift == failure_signature("rejected", "loss 2.0412e+00 beyond  tolerance 0.03")
+    assert failure_signature("crash", "RuntimeError: bad ptr 0x7f3a12 in /opt/x/lib.so line 12") == \
+        failure_signature("crash", "runtimeerror: bad ptr 0xdead in /usr/lib/y.so line 907")
+    assert failure_signature("crash", "torch._dynamo hit the recompile limit") != \
+        failure_signature("crash", "unpadded batches need a varlen attention kernel")
+    assert drift != failure_signature("crash", "loss 1.97 beyond tolerance 0.03"), "the status is part of the kind"
+    assert failure_signature("crash", "") == failure_signature("crash", "   ")
+
+
+def _two_cause_ledger(signatures: bool) -> FailureLedger:
+    """BERT's trap (heldout_bert_unpad_a100, slots 4): the first starts all held the fused LAMB kernel at
+    micro-batch 32, so crashes of two causes (compile x unpad hits the recompile limit; unpad without flash
+    has no varlen kernel) and the loss drift of fused LAMB under fp16 all hold (lamb, mb32), and the pair
+    that explains the most records is the innocent one, banned for good although the peak needs it."""
+    lamb, mb32, mb64, comp, unpad, flash, fp16, bf16, ckpt = (
+        ("fused_lamb", True), ("micro_batch", 32), ("micro_batch", 64), ("compile", True), ("unpad", True),
+        ("flash_attn", True), ("precision", "fp16"), ("precision", "bf16"), ("grad_ckpt", True))
+    led = FailureLedger(signatures=signatures)
+    recompile = Outcome("crash", reason="torch._dynamo hit the recompile limit on varlen shapes")
+    varlen = Outcome("crash", reason="unpadded batches need a varlen attention kernel")
+
+    def drift(loss: float) -> Outcome:
+        return Outcome("rejected", step_time_s=1.0, reason=f"loss {loss} beyond tolerance 0.03")
+    for ok in ({flash}, {comp}, {lamb}, {mb32}, {fp16}, {comp, flash, bf16, mb32}, {flash, unpad, mb32},
+               {lamb, comp, flash}, {lamb, unpad, flash, mb64}, {lamb, bf16, mb64, ckpt}, {fp16, mb32}):
+        led.record(frozenset(ok), OK, lambda s: 0.0)
+    for failed, outcome in (({lamb, mb32, comp, unpad, flash, bf16}, recompile),
+                            ({lamb, mb32, comp, unpad, flash, fp16}, recompile),
+                            ({comp, unpad, flash, bf16, mb64}, recompile),
+                            ({lamb, mb32, comp, unpad, bf16}, varlen),
+                            ({lamb, mb32, fp16}, drift(1.98)), ({lamb, mb32, fp16, flash}, drift(1.9771)),
+                            ({lamb, fp16, mb64, ckpt}, drift(2.01))):
+        led.record(frozenset(failed), outcome, lambda s: 0.0)
+    return led
+
+
+def test_crashes_with_different_errors_are_not_evidence_for_one_shared_pair():
+    """The attack: three kinds of failure share an innocent pair.  Counting every record as evidence bans
+    (lamb, mb32) and keeps the peak (fused LAMB at micro-batch 32 in bf16) out for good; counting evidence
+    among failures of the same kind bans what each kind has in common instead."""
+    lamb, mb32, fp16, bf16, comp, unpad = (("fused_lamb", True), ("micro_batch", 32), ("precision", "fp16"),
+                                           ("precision", "bf16"), ("compile", True), ("unpad", True))
+    blind = _two_cause_ledger(signatures=False)
+    assert {lamb, mb32} in [set(t) for t in blind.banned]
+    assert blind.blocked(frozenset({lamb, mb32, bf16})) is not None
+
+    led = _two_cause_ledger(signatures=True)
+    bans = [set(t) for t in led.banned]
+    assert {lamb, mb32} not in bans
+    assert {lamb, fp16} in bans and {comp, unpad} in bans
+    assert led.blocked(frozenset({lamb, mb32, bf16})) is None, "the peak's pair is open"
+    assert led.blocked(frozenset({lamb, mb32, fp16})) is not None
