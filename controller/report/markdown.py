@@ -17,6 +17,7 @@ from infrarsi.controller.report.plot import unit_of
 from infrarsi.controller.report.proposers import proposers_section
 from infrarsi.controller.report.sections import (
     cost_section,
+    failures_section,
     memory_section,
     plot_section,
     promotion_section,
@@ -39,6 +40,7 @@ SECTIONS = (
     "## Memory model",
     "## Refused patches",
     "## Trials",
+    "## Failures",
     "## Promotion re-runs",
     "## Progress plot",
 )
@@ -82,7 +84,7 @@ def render_report(result: dict[str, Any]) -> str:
     parts = [
         _title(result), _result(result), _mfu(result), _noise(result) + _experience(result), _promoted(result), _verdicts(result),
         cost_section(result), proposers_section(result), memory_section(result), refused_section(result), trials_section(result),
-        promotion_section(result), plot_section(PLOT_NAME),
+        failures_section(result), promotion_section(result), plot_section(PLOT_NAME),
     ]
     return "\n\n".join(p.rstrip() for p in parts) + "\n"
 

@@ -1,5 +1,5 @@
 """The finance-facing and per-trial sections of REPORT.md (cost, memory, refused patches,
-trials, promotion re-runs, plot).
+trials, failures, promotion re-runs, plot).
 
 Each ``*_section`` takes the ``result.json`` dict and returns one Markdown section
 starting with its ``## `` heading; none raises on null or missing fields.
@@ -14,6 +14,7 @@ from typing import Any
 
 from infrarsi.controller.report.fmt import DASH, changed, fx, gib, gpuh, ms, num, pct, table, text
 from infrarsi.controller.report.plot import unit_of
+from infrarsi.controller.search.failures import failure_signature
 
 OUTCOME_ORDER = ("ok", "rejected", "oom", "crash", "timeout", "cancelled")
 
@@ -231,6 +232,54 @@ def trials_section(r: dict[str, Any]) -> str:
     return (f"## Trials\n\n{len(ts)} trials: {summary}.\n\n"
             + table(["#", "Stage", "Knobs changed", "Patches", "Outcome", "ms/update", "Speedup", "Peak GiB",
                      "GPU-h", "First failed layer / reason"], rows, right=(0, 5, 6, 7, 8)))
+
+
+def failure_kinds(r: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The search trials the search saw fail (crashed or rejected: an OOM is the memory model's), grouped by
+    failure signature as the search's failure ledger groups them (``failures.failure_signature`` of the status
+    the search was told, ``searchglue.outcome_of``: rejected, else crash, with the reason or the outcome), in
+    order of each kind's first trial."""
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    for t in trials_of(r):
+        outcome = str(t.get("outcome") or "")
+        if t.get("stage") != "search" or outcome in ("ok", "oom", "cancelled", ""):
+            continue
+        status = "rejected" if outcome == "rejected" else "crash"
+        kinds.setdefault(failure_signature(status, str(t.get("reason") or outcome)), []).append(t)
+    return list(kinds.items())
+
+
+def _setting(s: Any) -> str:
+    return text(s, 80)
+
+
+def failures_section(r: dict[str, Any]) -> str:
+    """The search's failures by kind, and what its failure ledger concluded from them (``result["search"]``:
+    pairs never run together, requirements, settings excluded after OOMs, banned patches)."""
+    kinds = failure_kinds(r)
+    search = r.get("search") if isinstance(r.get("search"), dict) else {}
+    out = ["## Failures", ""]
+    if not kinds:
+        out.append("No search trial crashed or was rejected.")
+    else:
+        n = sum(len(ts) for _, ts in kinds)
+        out += [f"{n} search trial{'s' if n != 1 else ''} failed in {len(kinds)} way{'s' if len(kinds) != 1 else ''}. "
+                "Failures whose errors differ only in numbers, addresses and paths are one kind; the search "
+                "blames a pair of settings only on the evidence of failures of the same kind.", "",
+                table(["Kind", "Trials", "Error (first trial)"],
+                      [[text(ts[0].get("outcome")), ", ".join(f"#{text(t.get('seq'))}" for t in ts),
+                        trial_note(ts[0])] for _, ts in kinds])]
+    rules = [f"- never run together: {' & '.join(_setting(x) for x in _l(t))}" for t in _l(search.get("banned_tuples"))]
+    rules += [f"- {_setting(q[0])} runs only beside {_setting(q[1])}" for q in _l(search.get("requirements"))
+              if isinstance(q, list) and len(q) == 2]
+    rules += [f"- {_setting(x)} excluded after out-of-memory failures with every saver tried"
+              for x in _l(search.get("excluded"))]
+    rules += [f"- patch {_setting(p)} banned ({_setting(why)})" for p, why in _d(search.get("banned_patches")).items()]
+    if rules:
+        out += ["", "What the search concluded (its failure ledger when the campaign ended):", "", *rules]
+    elif search.get("error"):
+        out += ["", f"The search could not be rebuilt to show its conclusions: {text(search.get('error'), 200)}"]
+    return "\n".join(out)
 
 
 # ------------------------------------------------------------------ promotion

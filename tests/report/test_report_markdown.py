@@ -155,3 +155,33 @@ def test_minimal_and_failed_results_render() -> None:
     assert "0 trials" in md
     with pytest.raises(TypeError):
         render_report([])  # type: ignore[arg-type]
+
+
+def test_failures_grouped_by_kind_with_what_the_ledger_concluded(rejected_result: dict[str, Any]) -> None:
+    """Two crashes whose errors differ only in addresses, ranks and trial log paths are one kind; the other
+    failures each their own; the ledger's bans, requirements and banned patches are listed."""
+    r = rejected_result
+    crash = next(t for t in r["trials"] if t["outcome"] == "crash")
+    r["trials"] += [dict(crash, seq=9, reason="RuntimeError: bad ptr 0x7f00 on rank 3 "
+                                               "(log: /srv/x/trials/0123456789abcdef/out/job.log)"),
+                    dict(crash, seq=10, reason="RuntimeError: bad ptr 0x7e11 on rank 5 "
+                                                "(log: /srv/x/trials/fedcba9876543210/out/job.log)")]
+    r["search"] = {"banned_tuples": [["dtype=bf16", "micro_batch=32"]], "requirements": [["fp8=1", "compile=1"]],
+                   "excluded": ["micro_batch=64"], "banned_patches": {"bad.diff": "crash"}}
+    sec = _section(render_report(r), "## Failures")
+    rows = _table_rows(sec)
+    assert rows[0] == ["Kind", "Trials", "Error (first trial)"]
+    assert [row[1] for row in rows[1:]] == ["#2", "#5", "#6", "#7", "#9, #10"]
+    assert [row[0] for row in rows[1:]] == ["rejected", "rejected", "crash", "timeout", "crash"]
+    assert rows[1][2].startswith("L2: update 1")
+    assert "6 search trials failed in 5 ways" in sec
+    assert "never run together: dtype=bf16 & micro_batch=32" in sec
+    assert "fp8=1 runs only beside compile=1" in sec and "micro_batch=64 excluded" in sec
+    assert "patch bad.diff banned (crash)" in sec
+    _assert_aligned(sec)
+
+
+def test_a_campaign_without_failures_says_so(promoted_result: dict[str, Any]) -> None:
+    promoted_result["trials"] = [t for t in promoted_result["trials"] if t["outcome"] in ("ok", "oom")]
+    sec = _section(render_report(promoted_result), "## Failures")
+    assert "No search trial crashed or was rejected." in sec and "|" not in sec
