@@ -250,16 +250,18 @@ class FailureLedger:
                     out.append((s, r))
         return out
 
+    def _records_of(self, kind: str | None) -> list[frozenset[Setting]]:
+        """The crash records of ``kind`` (all of them when None): the evidence one record's explanation counts."""
+        return [rec for rec, k in zip(self.crash_records, self.crash_kinds) if kind in (None, k)]
+
     def _tuple_hits(self, t: Tuple_, kind: str | None = None) -> int:
         """How many crash records (of ``kind``; all when None) hold every setting of ``t``."""
-        return sum(1 for rec, k in zip(self.crash_records, self.crash_kinds)
-                   if set(t) <= rec and kind in (None, k))
+        return sum(1 for rec in self._records_of(kind) if set(t) <= rec)
 
     def _requirement_hits(self, req: tuple[Setting, Setting], kind: str | None = None) -> int:
         """How many crash records (of ``kind``; all when None) hold ``s`` without ``r``."""
         s, r = req
-        return sum(1 for rec, k in zip(self.crash_records, self.crash_kinds)
-                   if s in rec and r not in rec and kind in (None, k))
+        return sum(1 for rec in self._records_of(kind) if s in rec and r not in rec)
 
     def _rederive(self) -> None:
         banned: dict[tuple[str, ...], Tuple_] = {}
