@@ -14,6 +14,7 @@ import numpy as np
 from infrarsi.controller.contract.checks import is_legal
 from infrarsi.controller.contract.model import Contract, Knob
 from infrarsi.controller.search.controller import SearchController
+from infrarsi.controller.search.failures import told_failure
 from infrarsi.controller.search.space import Candidate, KnobSpec, Outcome, SearchSpace
 from infrarsi.controller.store.records import ObservationRecord, TrialRecord
 from infrarsi.controller.store.stage_records import Doctor, Scope
@@ -92,10 +93,9 @@ def outcome_of(trial: TrialRecord, obs: ObservationRecord | None, capacity_gib: 
         shortfall = (obs.oom_shortfall_gib if obs is not None else None) or 0.0
         return Outcome(status="oom", requested_gib=capacity_gib + shortfall, capacity_gib=capacity_gib,
                        reason=trial.reason or "")
-    if trial.outcome == "rejected":
-        return Outcome(status="rejected", reason=trial.reason or "",
-                       rejected_layer=obs.first_failed_layer if obs is not None else None)
-    return Outcome(status="crash", reason=trial.reason or trial.outcome or "")
+    status, reason = told_failure(trial.outcome or "", trial.reason)
+    return Outcome(status=status, reason=reason,
+                   rejected_layer=obs.first_failed_layer if obs is not None and status == "rejected" else None)
 
 
 def noise_from_doctor(doctor: Doctor) -> Any:

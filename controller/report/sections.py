@@ -14,7 +14,7 @@ from typing import Any
 
 from infrarsi.controller.report.fmt import DASH, changed, fx, gib, gpuh, ms, num, pct, table, text
 from infrarsi.controller.report.plot import unit_of
-from infrarsi.controller.search.failures import failure_signature
+from infrarsi.controller.search.failures import failure_signature, told_failure
 
 OUTCOME_ORDER = ("ok", "rejected", "oom", "crash", "timeout", "cancelled")
 
@@ -237,15 +237,14 @@ def trials_section(r: dict[str, Any]) -> str:
 def failure_kinds(r: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
     """The search trials the search saw fail (crashed or rejected: an OOM is the memory model's), grouped by
     failure signature as the search's failure ledger groups them (``failures.failure_signature`` of the status
-    the search was told, ``searchglue.outcome_of``: rejected, else crash, with the reason or the outcome), in
+    and reason the search was told, ``failures.told_failure``), in
     order of each kind's first trial."""
     kinds: dict[str, list[dict[str, Any]]] = {}
     for t in trials_of(r):
         outcome = str(t.get("outcome") or "")
         if t.get("stage") != "search" or outcome in ("ok", "oom", "cancelled", ""):
             continue
-        status = "rejected" if outcome == "rejected" else "crash"
-        kinds.setdefault(failure_signature(status, str(t.get("reason") or outcome)), []).append(t)
+        kinds.setdefault(failure_signature(*told_failure(outcome, str(t.get("reason") or ""))), []).append(t)
     return list(kinds.items())
 
 

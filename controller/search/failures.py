@@ -67,6 +67,16 @@ def failure_signature(status: str, reason: str) -> str:
     return f"{status}: {text[:SIGNATURE_CHARS]}"
 
 
+def told_failure(outcome: str, reason: str | None) -> tuple[str, str]:
+    """The ``(status, reason)`` the search is told for a trial whose recorded outcome is ``outcome``, neither ok
+    nor an OOM: a numerics rejection stays ``rejected``; every other failure (crash, timeout, refused evidence,
+    ...) is a ``crash`` whose reason falls back to the outcome.  The campaign (``searchglue.outcome_of``) and
+    REPORT.md's failure kinds both map trials through it, so the report's kinds are the ledger's."""
+    if outcome == "rejected":
+        return "rejected", reason or ""
+    return "crash", reason or outcome
+
+
 def _tkey(t: Tuple_) -> tuple[str, ...]:
     return tuple(sorted(settings_key(s) for s in t))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infrarsi.controller.search.failures import FailureLedger, failure_signature
+from infrarsi.controller.search.failures import FailureLedger, failure_signature, told_failure
 from infrarsi.controller.search.space import PATCH, Outcome
 
 from tests.search.conftest import max_share
@@ -214,6 +214,14 @@ def test_failures_that_share_several_untried_settings_name_no_common_factor():
     assert led.common_factors() == {}
     led.record(frozenset({A, C, D}), CRASH, lambda s: 0.0)  # without B: A is common to all three, B to two of them
     assert led.common_factors() == {A: frozenset({0, 1, 2})}
+
+
+def test_told_failure_is_the_status_and_reason_the_ledger_and_the_report_share():
+    assert told_failure("rejected", None) == ("rejected", "")
+    assert told_failure("rejected", "loss 2.1") == ("rejected", "loss 2.1")
+    assert told_failure("timeout", None) == ("crash", "timeout")
+    assert told_failure("crash", "RuntimeError: x") == ("crash", "RuntimeError: x")
+    assert told_failure("forged", "") == ("crash", "forged")
 
 
 def test_a_failure_signature_masks_numbers_addresses_and_paths_but_keeps_the_error():
