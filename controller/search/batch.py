@@ -12,7 +12,9 @@ switched to the knob's best other value (the revert of
 :func:`infrarsi.controller.search.proposals.on_crash`; risk is the failure ledger's own measure, the
 prior |effect| of the setting, so the most aggressive setting is suspected first).  The first slots are
 filled start 1, hedge 1 of start 1, start 2, hedge 2 of start 1, the contrarian probe, start 3, hedge 1
-of start 2, so a failure of start 1 already has its fallback running and no start is pushed out of the first slots.
+of start 2, so a failure of start 1 already has its fallback running and no start is pushed out of the first slots
+(the contrarian probe moves before hedge 2 of start 1 unless hedge 1 is a double hedge:
+:func:`starts_and_hedges`).
 
 Only busy starts are hedged: with nothing busy (``q = 1``) this yields exactly the starts, so the
 one-at-a-time search is unchanged; once a start is told the queue's follow-ups take over.  Pure in the
@@ -43,6 +45,12 @@ HEDGE_PLAN: tuple[tuple[tuple[int, int], ...], ...] = (((0, 0),), ((0, 1),), ((1
 
 
 def hedges_of(ctrl: "SearchView | SearchController", start: Candidate, limit: int = 2) -> list[Candidate]:
+    """Up to ``limit`` hedges of ``start`` (:func:`hedges_and_double`, without the flag)."""
+    return hedges_and_double(ctrl, start, limit)[0]
+
+
+def hedges_and_double(ctrl: "SearchView | SearchController", start: Candidate,
+                     limit: int = 2) -> tuple[list[Candidate], bool]:
     """Up to ``limit`` hedges of ``start``, each ``start`` with one setting switched (the first, for a start
     with two failure modes, with two), in this order:
 
@@ -64,7 +72,8 @@ def hedges_of(ctrl: "SearchView | SearchController", start: Candidate, limit: in
 
     Every hedge must be legal, not blocked by the failure ledger, fit with p >= 0.5 and be predicted to
     clear the measured incumbent by the gate, so it is worth a slot on its own.  Accepts the controller or
-    its view."""
+    its view.  Returns the hedges and whether the first is the double hedge (then the second, if any, is its
+    crash switch alone)."""
     view = view_of(ctrl)
     coef, _ = view.coefficients()
     measured = view.measured_best()  # the measured incumbent, not a believed one
@@ -108,7 +117,7 @@ def hedges_of(ctrl: "SearchView | SearchController", start: Candidate, limit: in
     for alt, p in crash:
         if alt not in out and p >= 0.5:
             out.append(alt)
-    return out[:limit]
+    return out[:limit], both is not None
 
 
 def _on_safe(view: SearchView, alt: Candidate, safe: Candidate, start: Candidate,
@@ -133,17 +142,24 @@ def starts_and_hedges(view: SearchView, busy: set[Candidate],
                       probes: Callable[[], Iterable[tuple[str, Candidate]]] = lambda: ()) -> Iterator[tuple[str, Candidate]]:
     """The starts in order, each followed by the hedges :data:`HEDGE_PLAN` places after it; a hedge only
     while its start is busy (asked, not yet told).  With anything busy, ``probes()`` (the contrarian
-    probe) comes right after the hedges that follow the second start, so hedges never push it far from
-    the first slots."""
-    cache: dict[int, list[Candidate]] = {}
+    probe) comes right after the second start and before the second hedge of the first start (slot 4), a
+    direction no start covers; unless the first start's first hedge is the double hedge: then its second is
+    the double's crash switch alone, which keeps the memory-hungry settings the double gives up (the likelier
+    peak when the crash switch was the cure), and keeps slot 4 (``bench/RESULTS.md``, session 30)."""
+    cache: dict[int, tuple[list[Candidate], bool]] = {}  # start index -> (hedges, the first is a double hedge)
+    probed = False
     for i, start in enumerate(view.starts):
         yield "start", start
-        for j, rank in HEDGE_PLAN[i] if i < len(HEDGE_PLAN) else ():
-            if j >= len(view.starts) or view.starts[j] not in busy or view.is_told(view.starts[j]):
-                continue
+        plan = [(j, rank) for j, rank in (HEDGE_PLAN[i] if i < len(HEDGE_PLAN) else ())
+                if j < len(view.starts) and view.starts[j] in busy and not view.is_told(view.starts[j])]
+        for j, rank in plan:
             if j not in cache:
-                cache[j] = hedges_of(view, view.starts[j])
-            if rank < len(cache[j]):
-                yield "hedge", cache[j][rank]
-        if i == PROBES_AFTER and busy:
+                cache[j] = hedges_and_double(view, view.starts[j])
+            hedges, double = cache[j]
+            if i == PROBES_AFTER and busy and not probed and rank > 0 and not double:
+                probed = True
+                yield from probes()
+            if rank < len(hedges):
+                yield "hedge", hedges[rank]
+        if i == PROBES_AFTER and busy and not probed:
             yield from probes()

@@ -162,3 +162,21 @@ def test_wide_slots_h200_within_one_and_a_half_times_slots_1():
     assert one["median_trials_to_90"] is not None and eight["median_trials_to_90"] is not None
     assert eight["median_trials_to_90"] <= 1.5 * one["median_trials_to_90"]
     assert eight["false_promotions"] == 0
+
+
+def test_the_probe_takes_slot_4_unless_start_1_has_a_double_hedge():
+    """The fourth of four blind slots goes to the contrarian probe before hedge 2 of start 1: on the two-node
+    GPT-13B every start and hedge crashes (the overlapped parameter gather needs the distributed optimizer, which
+    only the probe adds).  Where hedge 1 is the double hedge (long-context packing: FP8 off with micro-batch 1),
+    hedge 2 is its crash switch alone, the peak there, and keeps the slot."""
+    c = _benchmark_controller("heldout_gpt13b_twonode_h100", 0)
+    assert not batch.hedges_and_double(c, c.starts[0])[1]
+    first = c.ask(4)
+    assert [c.proposed_by[x] for x in first] == ["start", "hedge", "start", "contrarian"]
+    assert first[3].value("use_distributed_optimizer") is True
+
+    c = _benchmark_controller("heldout_longctx_packing", 0)
+    hedges, double = batch.hedges_and_double(c, c.starts[0])
+    assert double
+    first = c.ask(4)
+    assert [c.proposed_by[x] for x in first] == ["start", "hedge", "start", "hedge"] and first[3] == hedges[1]
