@@ -147,19 +147,22 @@ def starts_and_hedges(view: SearchView, busy: set[Candidate],
     the double's crash switch alone, which keeps the memory-hungry settings the double gives up (the likelier
     peak when the crash switch was the cure), and keeps slot 4 (``bench/RESULTS.md``, session 30)."""
     cache: dict[int, tuple[list[Candidate], bool]] = {}  # start index -> (hedges, the first is a double hedge)
-    probed = False
+
+    def hedged(j: int) -> tuple[list[Candidate], bool]:
+        if j not in cache:
+            cache[j] = hedges_and_double(view, view.starts[j])
+        return cache[j]
     for i, start in enumerate(view.starts):
         yield "start", start
         plan = [(j, rank) for j, rank in (HEDGE_PLAN[i] if i < len(HEDGE_PLAN) else ())
                 if j < len(view.starts) and view.starts[j] in busy and not view.is_told(view.starts[j])]
+        probe_here = i == PROBES_AFTER and bool(busy)
+        early = probe_here and any(rank > 0 and not hedged(j)[1] for j, rank in plan)
+        if early:
+            yield from probes()
         for j, rank in plan:
-            if j not in cache:
-                cache[j] = hedges_and_double(view, view.starts[j])
-            hedges, double = cache[j]
-            if i == PROBES_AFTER and busy and not probed and rank > 0 and not double:
-                probed = True
-                yield from probes()
+            hedges = hedged(j)[0]
             if rank < len(hedges):
                 yield "hedge", hedges[rank]
-        if i == PROBES_AFTER and busy and not probed:
+        if probe_here and not early:
             yield from probes()
