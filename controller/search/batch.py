@@ -14,7 +14,8 @@ prior |effect| of the setting, so the most aggressive setting is suspected first
 filled start 1, hedge 1 of start 1, start 2, hedge 2 of start 1, the contrarian probe, start 3, hedge 1
 of start 2, so a failure of start 1 already has its fallback running and no start is pushed out of the first slots
 (the contrarian probe moves before hedge 2 of start 1 unless hedge 1 is a double hedge:
-:func:`starts_and_hedges`).
+:func:`starts_and_hedges`).  From five slots on, while most busy trials share settings no run has passed
+with, a slot goes to the best configuration without them (:func:`shared_untested`).
 
 Only busy starts are hedged: with nothing busy (``q = 1``) this yields exactly the starts, so the
 one-at-a-time search is unchanged; once a start is told the queue's follow-ups take over.  Pure in the
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
-from infrarsi.controller.search.space import PATCH, Candidate, settings_key
+from infrarsi.controller.search.space import PATCH, Candidate, Setting, settings_key
 from infrarsi.controller.search.view import SearchView, view_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,6 +41,8 @@ FIT_SLACK = 0.1
 AGGRESSIVE = 2.0
 #: the start (index) after whose hedges, with anything busy, the contrarian probe comes
 PROBES_AFTER = 1
+#: busy trials from which a wave's shared untested settings get a slot without them (:func:`shared_untested`)
+SPREAD_BUSY = 4
 #: hedges per start, in slot order: (start index, hedge rank) after each start
 HEDGE_PLAN: tuple[tuple[tuple[int, int], ...], ...] = (((0, 0),), ((0, 1),), ((1, 0),))
 
@@ -166,3 +169,26 @@ def starts_and_hedges(view: SearchView, busy: set[Candidate],
                 yield "hedge", hedges[rank]
         if probe_here and not early:
             yield from probes()
+
+
+def shared_untested(ctrl: "SearchView | SearchController", busy: set[Candidate], share: float) -> list[Setting]:
+    """The knob settings held by at least ``share`` of the busy candidates that no passing run has held, in
+    canonical order; empty below :data:`SPREAD_BUSY` busy (so never with four slots or fewer).
+
+    A wave whose trials mostly hold the same untested settings is one failure away from losing most of its
+    slots: a crash or rejection any of them causes (alone or with a partner no start knows of) takes every
+    holder down, and failures end early, so they complete first and count first.  The search then gives a
+    slot to the best configuration holding none of them (``proposals._unshared``, tuning key
+    ``spread_wave``): it is weaker by prediction, but it survives whichever of those settings is the cause and
+    measures the levers the wave left out (``bench/RESULTS.md``, session 31).  Accepts the controller or its
+    view."""
+    if len(busy) < SPREAD_BUSY:
+        return []
+    view = view_of(ctrl)
+    counts: dict[Setting, int] = {}
+    for b in busy:
+        for s in b.settings(view.space):
+            if s[0] != PATCH:
+                counts[s] = counts.get(s, 0) + 1
+    held = frozenset().union(*view.passing) if view.passing else frozenset()
+    return sorted((s for s, n in counts.items() if n >= share * len(busy) and s not in held), key=settings_key)

@@ -25,8 +25,9 @@ With busy candidates: queued follow-ups one move from a busy follow-up wait,
 ranked pool candidates one knob from a busy one come last, "tried" counts the
 busy ones (contrarian and patch probes spread out) but not a probe that failed
 with its failing base (:func:`probes.tried`: it is probed again), with three or more
-busy one patch probe may run beside them, with two or more busy the
-stacked move (:func:`_stacked`: the best-predicted configuration beyond the
+busy one patch probe may run beside them, with four or more busy, most of which share settings no run has
+passed with, the best configuration without those (:func:`_unshared`, before the contrarian probe), with two
+or more busy the stacked move (:func:`_stacked`: the best-predicted configuration beyond the
 trust radius, every lever the model rates positive in one trial) and with six
 or more a Thompson draw (:func:`_thompson`) come before the escape and the
 trust region.
@@ -399,6 +400,26 @@ def _thompson(view: SearchView, rows: np.ndarray, p: np.ndarray, dist: np.ndarra
         yield from _best_clearing(view, rows, draw, ok, inc, "thompson")
 
 
+def _unshared(view: SearchView, rows: np.ndarray, mu: np.ndarray, p: np.ndarray, busy: set[Candidate],
+              inc: Candidate) -> Iterator[tuple[str, Candidate]]:
+    """With :data:`batch.SPREAD_BUSY` or more busy, most of them (the ``spread_wave`` share) holding settings
+    no run has passed with (:func:`batch.shared_untested`): the configuration of highest posterior mean, likely
+    to fit (p >= :data:`SAFE_STACK_FIT`), that holds none of them, when it clears the *measured* incumbent by
+    the gate (the believed one is a busy trial's prediction, which this slot insures against)."""
+    shared = batch.shared_untested(view, busy, float(view.tune["spread_wave"]))
+    if not shared:
+        return
+    ok = p >= SAFE_STACK_FIT
+    for name, value in shared:
+        j = next(i for i, k in enumerate(view.pool.knobs) if k.name == name)
+        ok &= rows[:, j] != view.pool.knobs[j].values.index(value)
+    idx = np.flatnonzero(ok)
+    if idx.size:
+        i = idx[np.lexsort((idx, -mu[idx]))][0]
+        if mu[i] >= view.measured_best() + view.gate:
+            yield "unshared", view.pool.to_candidate(rows[i], inc.patches)
+
+
 def _best_clearing(view: SearchView, rows: np.ndarray, score: np.ndarray, ok: np.ndarray, inc: Candidate,
                    tag: str) -> Iterator[tuple[str, Candidate]]:
     """The row of highest ``score`` among ``ok`` (the lowest index on a tie), with the incumbent's patches, as
@@ -444,6 +465,8 @@ def propose(view: SearchView, rng: np.random.Generator, taken: set[Candidate],
     bigcols = [j for j, k in enumerate(pool.knobs) if k.name in big]
     bdist = (rows[:, bigcols] != inc_row[bigcols]).sum(axis=1)
     ok = p >= float(view.tune["min_p_feasible"])
+    if view.tune["spread_wave"] is not None:
+        yield from _unshared(view, rows, mu, p, busy, inc)
     upside = float(np.max(np.where(ok & (dist > 0), mu + 2 * sd, -np.inf), initial=-np.inf)) - view.incumbent_y
     yield from contrarian(view, busy)
     yield from _patch_ops(view, upside < view.gate or view.stall >= int(view.tune["stall_trials"]), busy)

@@ -180,3 +180,43 @@ def test_the_probe_takes_slot_4_unless_start_1_has_a_double_hedge():
     assert double
     first = c.ask(4)
     assert [c.proposed_by[x] for x in first] == ["start", "hedge", "start", "hedge"] and first[3] == hedges[1]
+
+
+def test_a_wave_sharing_untested_settings_gets_slots_without_them():
+    """heldout_mamba_hybrid_a100, seed 0, eight blind slots: torch.compile crashes beside the fused CUDA scan,
+    and every start, hedge and model pick holds both, so without the spread all eight blind trials fail and the
+    first working trial is asked only after they are told.  With it, once four are busy and most share
+    settings no run has passed with, a slot goes to the best configuration without them: it runs."""
+    land = load_landscape(ROOT / "bench/landscapes/heldout_mamba_hybrid_a100.py")
+    statuses = {}
+    for spread in (0.5, None):
+        c = _benchmark_controller("heldout_mamba_hybrid_a100", 0)
+        c.tune["spread_wave"] = spread
+        first = c.ask(8)
+        evaluate = land.evaluator(np.random.default_rng(0))
+        statuses[spread] = [(c.proposed_by[x], evaluate(x).status) for x in first]
+        if spread is not None:
+            shared = batch.shared_untested(c, set(first[:5]), spread)
+            assert ("torch_compile", True) in shared
+            spread_out = [x for x in first if c.proposed_by[x] == "unshared"]
+            assert spread_out and all(not (x.settings(c.space) & set(shared)) for x in spread_out[:1])
+    assert all(status != "ok" for _, status in statuses[None])
+    assert any(by == "unshared" and status == "ok" for by, status in statuses[0.5])
+
+
+def test_four_slots_or_fewer_never_spread():
+    """The spread needs four busy trials: a wave of four keeps the starts, hedges and probe (session 30)."""
+    c = _benchmark_controller("heldout_mamba_hybrid_a100", 0)
+    assert batch.shared_untested(c, set(c.ask(3)), 0.5) == []
+    assert "unshared" not in {c.proposed_by[x] for x in c.ask(1)}
+
+
+def test_longctx_packing_slots_8_within_one_and_a_half_times_slots_1():
+    """Before the spread: 6 trials at slots 8 vs 3 at slots 1 (100 seeds): the patch probes and model picks of the
+    first wave held FP8 with packing, crashed and completed before the FP8-off hedges; after: 4."""
+    land = load_landscape(ROOT / "bench/landscapes/heldout_longctx_packing.py")
+    one = run_benchmark(land, ["infrarsi"], trials=16, repeats=5, slots=1)["strategies"]["infrarsi"]
+    eight = run_benchmark(land, ["infrarsi"], trials=16, repeats=5, slots=8)["strategies"]["infrarsi"]
+    assert one["median_trials_to_90"] is not None and eight["median_trials_to_90"] is not None
+    assert eight["median_trials_to_90"] <= 1.5 * one["median_trials_to_90"]
+    assert eight["false_promotions"] == 0
