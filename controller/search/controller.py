@@ -77,7 +77,7 @@ DEFAULT_TUNING: dict[str, Any] = {
     "split_doubtful": False,     # an improving move of 2+ settings queues it without each untried unsigned one
     "stall_blind": True,         # escape mode counts no stall of a trial asked before the last improvement was told
     "failure_signatures": True,  # a crash's ban is chosen on the evidence of crashes with the same error only
-    "spread_wave": 0.5,          # share of 4+ busy trials whose shared untested settings get a slot without them (None: off)
+    "spread_wave": 0.5,          # 4+ busy, this share holding untested settings: a slot without them (None: off)
 }
 
 
