@@ -9,7 +9,10 @@ dest="${1:?usage: bench/snapshot.sh DIR}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 rm -rf "$dest"
 mkdir -p "$dest/infrarsi"
-for p in controller verifier surrogate migrations sbatch_templates; do cp -r "$root/$p" "$dest/infrarsi/$p"; done
+# the package folders, as pyproject.toml maps them onto the infrarsi namespace (one list, not a copy of it)
+folders=$(python3 -c 'import sys, tomllib; m = tomllib.load(open(sys.argv[1], "rb"))["tool"]["setuptools"]["package-dir"]
+print(" ".join(sorted(set(m.values()))))' "$root/pyproject.toml")
+for p in $folders; do cp -r "$root/$p" "$dest/infrarsi/$p"; done
 cp -r "$root/bench" "$dest/bench"
 find "$dest" -name __pycache__ -prune -exec rm -rf {} +
 echo "snapshot of $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo '+changes') in $dest"
