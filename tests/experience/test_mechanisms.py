@@ -66,6 +66,36 @@ def test_normalize(knob, field, value, cmap, expected) -> None:
     assert normalize(knob, field, value, cmap) == expected
 
 
+def test_selective_checkpointing_is_its_own_canonical_value() -> None:
+    """Selective recompute is neither full checkpointing nor none: a three-state knob keeps three canonical values,
+    so a record of its selective setting is not filed under the reference's ``on`` (it was, through a catalog
+    alias, until session 33)."""
+    values = {v: canonical_value("activation_checkpointing", v) for v in ("full", "selective", "none", "block")}
+    assert values == {"full": "on", "selective": "selective", "none": "off", "block": "on"}
+    cmap = {"full": "on", "selective": "selective", "none": "off"}
+    assert [canonical_value("activation_checkpointing", v, cmap) for v in ("full", "selective", "none")] == \
+        ["on", "selective", "off"]
+    # still a switch: true and false spell on and off
+    assert normalize("gradient_checkpointing", None, True) == ("activation_checkpointing", "on")
+    assert normalize("gradient_checkpointing", None, "false") == ("activation_checkpointing", "off")
+
+
+def test_no_shipped_knob_files_two_values_under_one_canonical_value() -> None:
+    """Records are keyed by (mechanism, canonical value): two values of one knob that normalize alike would share
+    their records and could not be told apart.  Every knob of every shipped landscape keeps them apart."""
+    from pathlib import Path
+
+    from infrarsi.controller.experience.retrieval import target_knobs
+    from infrarsi.controller.search.landscape import load_landscape
+
+    lands = sorted((Path(__file__).resolve().parents[2] / "bench" / "landscapes").glob("*.py"))
+    assert lands
+    for path in lands:
+        for k in target_knobs(load_landscape(path).module.KNOBS):
+            canon = [k.canonical_of(v) for v in k.values]
+            assert len(set(canon)) == len(canon), (path.name, k.name, canon)
+
+
 def test_two_spellings_meet() -> None:
     a = normalize("compile", "compile", 1)
     b = normalize("use_torch_compile", "graph_compile", "yes")
