@@ -72,7 +72,8 @@ DIRECTIONS = tuple((a, b) for x, y in (("transfer_h20_gpt7b", "transfer_h200_gpt
                                        ("transfer_h20_yi34b", "transfer_h200_yi34b"),
                                        ("transfer_a100_phi14b", "transfer_h100_phi14b"),
                                        ("transfer_h200_gemma9b", "transfer_l40s_gemma9b"),
-                                       ("transfer_a100_starcoder15b", "transfer_h100_starcoder15b"))
+                                       ("transfer_a100_starcoder15b", "transfer_h100_starcoder15b"),
+                                       ("transfer_a100_olmo13b", "transfer_h200_olmo13b"))
                    for a, b in ((x, y), (y, x)))
 
 
