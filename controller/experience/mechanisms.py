@@ -148,7 +148,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
     _m("activation_checkpointing", "kernel", "recompute activations in backward instead of storing them (on costs "
        "about one extra forward, saves activation memory)", ("grad_checkpointing", "gradient_checkpointing",
        "recompute", "recompute_activations", "recompute_granularity", "checkpoint_activations", "ac"),
-       -0.2, 0.15, -2.0, ("off", "on", "selective"), {"full": "on", "block": "on"}),
+       -0.2, 0.15, -2.0, ("off", "selective", "on"), {"full": "on", "block": "on"}),
     _m("micro_batch", "kernel", "sequences per forward/backward (per GPU); larger fills the GPU better until memory "
        "runs out", ("micro_batch_size", "mbs", "per_device_train_batch_size", "batch_size_per_gpu",
        "train_micro_batch_size_per_gpu", "micro_bs")),

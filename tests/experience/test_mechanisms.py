@@ -75,6 +75,8 @@ def test_selective_checkpointing_is_its_own_canonical_value() -> None:
     cmap = {"full": "on", "selective": "selective", "none": "off"}
     assert [canonical_value("activation_checkpointing", v, cmap) for v in ("full", "selective", "none")] == \
         ["on", "selective", "off"]
+    # between none and full on the catalog's scale, so the catalog proposer gives it half the mechanism's prior
+    assert CATALOG["activation_checkpointing"].canonical_values == ("off", "selective", "on")
     # still a switch: true and false spell on and off
     assert normalize("gradient_checkpointing", None, True) == ("activation_checkpointing", "on")
     assert normalize("gradient_checkpointing", None, "false") == ("activation_checkpointing", "off")
