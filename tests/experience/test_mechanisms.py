@@ -7,6 +7,9 @@ import pytest
 from infrarsi.controller.experience.mechanisms import (CATALOG, CLASSES, canonical_value, mechanism_class,
                                                       normalize, resolve, value_key)
 from infrarsi.controller.experience.records import Effect, Environment, tier_rank
+from infrarsi.controller.experience.retrieval import target_knobs
+from infrarsi.controller.search.landscape import load_landscape
+from tests.experience.transfer_pairs import LANDS
 
 REQUIRED_KERNEL = ["low_precision_gemm", "mixed_precision", "graph_compile", "attention_kernel", "optimizer_fusion",
                    "activation_checkpointing", "micro_batch", "grad_accum"]
@@ -85,12 +88,7 @@ def test_selective_checkpointing_is_its_own_canonical_value() -> None:
 def test_no_shipped_knob_files_two_values_under_one_canonical_value() -> None:
     """Records are keyed by (mechanism, canonical value): two values of one knob that normalize alike would share
     their records and could not be told apart.  Every knob of every shipped landscape keeps them apart."""
-    from pathlib import Path
-
-    from infrarsi.controller.experience.retrieval import target_knobs
-    from infrarsi.controller.search.landscape import load_landscape
-
-    lands = sorted((Path(__file__).resolve().parents[2] / "bench" / "landscapes").glob("*.py"))
+    lands = sorted(LANDS.glob("*.py"))
     assert lands
     for path in lands:
         for k in target_knobs(load_landscape(path).module.KNOBS):
