@@ -317,9 +317,14 @@ def forbidden_by(contract: Contract, config: dict[str, Any]) -> int | None:
 
 def contract_warnings(contract: Contract) -> list[tuple[Loc, str]]:
     """Things that are legal but probably not meant: a boolean knob passed on the command line or in the
-    environment without ``render`` becomes ``true``/``false``, which Python scripts often refuse."""
+    environment without ``render`` becomes ``true``/``false``, which Python scripts often refuse; two values of
+    one knob that the experience bank files under one canonical value (:func:`canonical_collisions`)."""
     out: list[tuple[Loc, str]] = []
     for i, knob in enumerate(contract.knobs):
+        for mech, canon, a, b in canonical_collisions(knob.name, knob.mechanism, knob.values, knob.canonical):
+            out.append((("knobs", i, "values"), f"values {a!r} and {b!r} are both filed as {mech}={canon} in the "
+                        f"experience bank, so their records are pooled; to keep them apart give one its own value "
+                        f"under canonical: (e.g. canonical: {{{b}: {b}}})"))
         bools = [v for v in knob.values if isinstance(v, bool)]
         if not bools or knob.render is not None:
             continue
@@ -331,6 +336,28 @@ def contract_warnings(contract: Contract) -> list[tuple[Loc, str]]:
             how = f"{app.flag}" if isinstance(app, FlagApply) else f"{app.env}=..."
             out.append((("knobs", i, "values"), f"YAML booleans are passed as true/false ({how}); if the script "
                         "expects True/False add render: python, or quote the values ('True')"))
+    return out
+
+
+def canonical_collisions(name: str, mechanism: str | None, values: list[Any],
+                         canonical: dict[Any, Any] | None) -> list[tuple[str, str, Any, Any]]:
+    """``(mechanism, canonical value, first value, other value)`` for each value of a knob that normalizes to
+    the same canonical value as an earlier one.
+
+    Legal (the catalog deliberately pools spellings such as ``fa2``/``fa3`` -> ``flash`` and ``default``/
+    ``max-autotune`` -> ``on``), but within one knob it pools two measured states: their effects, priors and
+    conflicts are retrieved as one, as selective checkpointing once was under full recompute's ``on``."""
+    from infrarsi.controller.experience.mechanisms import canonical_value, mechanism_for
+
+    mech = mechanism_for(name, mechanism)
+    first: dict[str, Any] = {}
+    out = []
+    for v in values:
+        c = canonical_value(mech, v, canonical)
+        if c in first:
+            out.append((mech, c, first[c], v))
+        else:
+            first[c] = v
     return out
 
 

@@ -330,3 +330,26 @@ def test_inputs_init_would_refuse_are_refused_at_check(tmp_path: Path) -> None:
     assert all(line.count("\n") == 0 for line in out)
     overlap = problems(tmp_path, BASE + "inputs:\n  - {path: data}\n  - {path: data/train.bin, at: data/x.bin}\n")
     assert len(overlap) == 1 and "overlaps inputs[0]" in overlap[0], overlap
+
+
+def test_check_warns_when_two_values_share_one_canonical_value(tmp_path: Path) -> None:
+    """Attack on the bank's keys: a knob whose values the catalog pools (default and max-autotune are both
+    graph_compile=on) would file both states' records as one; `contract check` says so and names the fix."""
+    pooled = BASE.replace("""    values: [math, flash]
+    reference: math""", """    values: [math, fa2, fa3]
+    reference: math""")
+    path = write(tmp_path, pooled)
+    assert check_contract(path)[1] == []
+    warnings = check_warnings(path)
+    assert len(warnings) == 1 and "knobs[3].values" in warnings[0]
+    assert "'fa2' and 'fa3'" in warnings[0] and "attention_kernel=flash" in warnings[0] and "canonical:" in warnings[0]
+    apart = pooled.replace("    reference: math\n", "    reference: math\n    canonical: {fa3: flash3}\n")
+    assert check_contract(write(tmp_path, apart, "apart.yaml"))[1] == []
+    assert check_warnings(write(tmp_path, apart, "apart.yaml")) == []
+
+
+def test_no_shipped_example_pools_two_values() -> None:
+    examples = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*/infrarsi*.yaml"))
+    assert examples
+    for path in examples:
+        assert not [w for w in check_warnings(path) if "experience bank" in w], path
