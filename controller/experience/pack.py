@@ -259,8 +259,13 @@ def read_pack(path: str | Path) -> tuple[dict[str, Environment], list[Observatio
 
 
 def import_pack(store: Any, path: str | Path) -> dict[str, int]:
-    """Validate the whole pack, then store it idempotently; returns counts of new records."""
-    envs, obs, effects = read_pack(path)
+    """Validate the whole pack, then store it idempotently; returns counts of new records.
+
+    A pack exported before selective activation checkpointing had its own canonical value is re-keyed on the way
+    in (:mod:`infrarsi.controller.experience.rekey`), as migration 0011 re-keys a database."""
+    from infrarsi.controller.experience.rekey import rekey
+
+    envs, obs, effects, _ = rekey(*read_pack(path))
     for env in envs.values():
         store.add_environment(env)
     n_obs = store.add_observations(obs) if obs else 0

@@ -135,3 +135,35 @@ def test_non_finite_yaml_number_refused() -> None:
     doc["effects"][0]["noise_floor"] = float("inf")
     with pytest.raises(PackError, match=r"effects\[0\].noise_floor: inf is not a finite number"):
         validate_pack(copy.deepcopy(doc), "p")
+
+
+def test_a_pack_exported_before_the_selective_fix_is_rekeyed_on_import(tmp_path: Path) -> None:
+    """A pack written when the catalog filed selective checkpointing as ``on`` (raw spellings kept): importing it
+    files the selective run, its effect and the crash's conflict under ``selective``, and the reference's ``on``
+    (full recompute) stays; importing a pack exported after the fix changes nothing (rekey is idempotent)."""
+    ac = "activation_checkpointing"
+    env = Environment(gpu_sku="H100", framework="torch", model_family="olmo", reference_state={ac: "on"})
+    d = env.digest()
+    old = [Observation(environment=d, campaign="olmo#3", trial="ref", config={"recompute": "full"},
+                       canonical={ac: "on"}, step_time_s=5.0),
+           Observation(environment=d, campaign="olmo#3", trial="s1", config={"recompute": "selective"},
+                       canonical={ac: "on"}, step_time_s=4.7),
+           Observation(environment=d, campaign="olmo#3", trial="s2", config={"recompute": "selective", "fp8": True},
+                       canonical={ac: "on", "low_precision_gemm": "on"}, verdicts={"outcome": "crash"},
+                       conflicts=(((ac, "on"), ("low_precision_gemm", "on")),))]
+    eff = Effect(environment=d, mechanism=ac, value="on", klass="kernel", log_speedup=0.06, noise_floor=0.02,
+                 conditioning={}, tier="verified-rerun", campaign="olmo#3", trial="s1", knob="recompute",
+                 raw_value="selective")
+    p = tmp_path / "old.json"
+    p.write_text(dump_pack(build_pack({d: env}, old, [eff], source="before")))
+    store = MemoryStore()
+    assert import_pack(store, p) == {"environments": 1, "observations": 3, "effects": 1}
+    got = {o.trial: o for o in store.experience_observations()}
+    assert [got[t].canonical[ac] for t in ("ref", "s1", "s2")] == ["on", "selective", "selective"]
+    assert got["s2"].conflicts == (((ac, "selective"), ("low_precision_gemm", "on")),)
+    (e,) = store.effects()
+    assert (e.value, e.raw_value) == ("selective", "selective")
+    again = tmp_path / "after.json"
+    again.write_text(dump_pack(build_pack(store.environments(), store.experience_observations(), store.effects(),
+                                          source="after")))
+    assert import_pack(store, again) == {"environments": 1, "observations": 0, "effects": 0}

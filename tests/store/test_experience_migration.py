@@ -86,3 +86,55 @@ def test_upgrade_from_stored_0008_adds_observation_requirements(tmp_path: Path) 
     assert "requirements" not in cols and "conflicts" in cols
     with create_engine(url).connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM exp_observations")).scalar() == 4
+
+
+def test_upgrade_from_stored_0010_rekeys_selective_checkpointing(tmp_path: Path) -> None:
+    """Revision 0011 from tests/store/data/v0010.sqlite, a bank written with the old catalog alias that filed
+    selective checkpointing under full recompute's ``on``: campaign 'olmo-h100#3' (H100, reference full; a
+    selective run, a selective crash with a conflict and a requirement, an effect of compile measured beside
+    selective), 'mega-a100#4' (A100, reference selective, so its environment's reference state was wrong too) and
+    'mega-a100#9' (the same A100 environment as the fixed catalog writes it).  Every selective record moves to
+    ``selective``, full recompute stays ``on``, the two A100 environments become one, nothing else changes, and
+    the downgrade files them back."""
+    db = tmp_path / "old10.sqlite"
+    shutil.copy(DATA / "v0010.sqlite", db)
+    url = f"sqlite:///{db}"
+    assert migrate.current_revision(url) == "0010"
+    store = open_store(url)
+    assert migrate.current_revision(url) == migrate.head_revision()
+    AC = "activation_checkpointing"
+    obs = {(o.campaign, o.trial): o for o in store.experience_observations()}
+    assert len(obs) == 9
+    assert obs[("olmo-h100#3", "s1")].canonical[AC] == "selective"
+    assert obs[("olmo-h100#3", "reference")].canonical[AC] == "on"  # full recompute is still on
+    assert obs[("olmo-h100#3", "s4")].canonical[AC] == "on"
+    assert obs[("olmo-h100#3", "s3")].canonical[AC] == "off"
+    crash = obs[("olmo-h100#3", "s2")]
+    assert crash.canonical == {AC: "selective", "graph_compile": "on"}
+    assert crash.conflicts == (((AC, "selective"), ("graph_compile", "on")),)
+    assert crash.requirements == ((("graph_compile", "on"), (AC, "selective")),)
+    eff = {(e.campaign, e.trial, e.mechanism): e for e in store.effects()}
+    assert len(eff) == 5
+    sel = eff[("olmo-h100#3", "s1", AC)]
+    assert (sel.value, sel.raw_value, sel.log_speedup) == ("selective", "Selective", pytest.approx(0.062))
+    assert eff[("olmo-h100#3", "s3", AC)].value == "off"
+    assert eff[("olmo-h100#3", "s4", "graph_compile")].conditioning == {AC: "on"}  # measured beside full recompute
+    assert eff[("mega-a100#4", "s1", AC)].value == "on"  # full, against a selective reference
+    # the A100 reference was selective: its environment now says so, and it is the environment campaign 9 wrote
+    envs = store.environments()
+    assert len(envs) == 2
+    a100 = [d for d, e in envs.items() if e.gpu_sku == "A100"]
+    assert len(a100) == 1 and envs[a100[0]].reference_state == {AC: "selective", "graph_compile": "off"}
+    assert envs[a100[0]].digest() == a100[0]
+    assert obs[("mega-a100#4", "reference")].environment == a100[0] == obs[("mega-a100#9", "s1")].environment
+    assert obs[("mega-a100#4", "reference")].canonical[AC] == "selective"
+    assert eff[("mega-a100#4", "s1", AC)].env.reference_state[AC] == "selective"
+    h100 = [e for e in envs.values() if e.gpu_sku == "H100"]
+    assert h100[0].reference_state == {AC: "on", "graph_compile": "off"}
+    # idempotent: the upgrade's records are what the fixed catalog writes, so re-adding them adds nothing
+    assert store.add_effects(store.effects()) == 0 and store.add_observations(store.experience_observations()) == 0
+    migrate.downgrade(url, "0010")
+    with create_engine(url).connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM exp_observations")).scalar() == 9
+        assert conn.execute(text("SELECT value FROM exp_effects WHERE raw_value = 'Selective'")).scalar() == "on"
+        assert conn.execute(text("SELECT count(*) FROM exp_environments")).scalar() == 2
