@@ -88,18 +88,24 @@ def test_upgrade_from_stored_0008_adds_observation_requirements(tmp_path: Path) 
         assert conn.execute(text("SELECT count(*) FROM exp_observations")).scalar() == 4
 
 
-def test_upgrade_from_stored_0010_rekeys_selective_checkpointing(tmp_path: Path) -> None:
-    """Revision 0011 from tests/store/data/v0010.sqlite, a bank written with the old catalog alias that filed
+def test_upgrade_from_stored_0010_rekeys_selective_checkpointing(any_url: str) -> None:
+    """Revision 0011 from tests/store/data/v0010.sqlite (on PostgreSQL: the same bank written at 0010 by
+    tests/store/data/build_v0010.py, which made the file), a bank written with the old catalog alias that filed
     selective checkpointing under full recompute's ``on``: campaign 'olmo-h100#3' (H100, reference full; a
     selective run, a selective crash with a conflict and a requirement, an effect of compile measured beside
     selective), 'mega-a100#4' (A100, reference selective, so its environment's reference state was wrong too) and
     'mega-a100#9' (the same A100 environment as the fixed catalog writes it).  Every selective record moves to
     ``selective``, full recompute stays ``on``, the two A100 environments become one, nothing else changes, and
     the downgrade files them back."""
-    db = tmp_path / "old10.sqlite"
-    shutil.copy(DATA / "v0010.sqlite", db)
-    url = f"sqlite:///{db}"
+    url = any_url
+    if url.startswith("sqlite"):
+        shutil.copy(DATA / "v0010.sqlite", url.removeprefix("sqlite:///"))
+    else:
+        from tests.store.data.build_v0010 import build
+
+        build(url)
     assert migrate.current_revision(url) == "0010"
+    migrate.upgrade(url)  # what `infrarsi db upgrade` runs (a SQLite store would also upgrade itself on open)
     store = open_store(url)
     assert migrate.current_revision(url) == migrate.head_revision()
     AC = "activation_checkpointing"
