@@ -1,7 +1,7 @@
 """Re-key experience written under an older catalog: selective activation checkpointing filed as ``on``.
 
-Until session 33 the mechanism catalog aliased the value ``selective`` of ``activation_checkpointing`` to ``on``, the
-canonical value of full recompute.  A three-state knob (full / selective / none) therefore filed selective's
+Until 2026-12-07 (the releases before migration 0011) the mechanism catalog aliased the value ``selective`` of
+``activation_checkpointing`` to ``on``, the canonical value of full recompute.  A three-state knob (full / selective / none) therefore filed selective's
 records under full recompute's key, and retrieval could not tell the two apart.  The records kept what is needed to
 undo it: an effect its source ``raw_value``, an observation its raw knob ``config``.  :func:`rekey` files them
 under ``selective``, the catalog's value since then, in every place the key appears:
@@ -20,7 +20,9 @@ state: write-back stores the reference run first, and pack export keeps that ord
 selective run beside a full-recompute reference looks like the reference; only the order tells them apart.
 
 Used by migration 0011 (the database) and by pack import (packs exported before the fix).  Pure and idempotent:
-records written since the fix, or re-keyed once, come back unchanged, so it is safe on any pack.
+records written since the fix, or re-keyed once, come back unchanged, so it is safe on any pack.  The one record it
+cannot tell from the old alias is a contract's own ``canonical: {selective: on}``, which pooled the two states on
+purpose; it is re-keyed too (``contract check`` now warns about such a map).
 ``reverse=True`` maps ``selective`` back to ``on`` for the same records (the migration's downgrade).
 """
 
