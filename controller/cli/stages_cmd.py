@@ -103,6 +103,8 @@ def doctor_cmd(contract: str, campaign_id: int | None) -> None:
                f"records ({', '.join(cov.get('knobs', [])) or 'none'})")
     for knob, grade in sorted((cov.get("grades") or {}).items()):  # covered | partial | null | unobserved
         click.echo(f"    {knob:<24} {grade}")
+    for line in cov.get("pooled") or ():  # two values of one knob under one canonical value (contract check)
+        click.echo(f"    pooled: {line} (their records are one; give one its own value under canonical:)")
     for rule in carried_rules(d.experience):  # known conflicts, suspects, requirements from other campaigns
         click.echo(f"    rule: {rule}")
     total = sum(d.phases.values()) or 1.0

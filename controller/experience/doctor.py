@@ -60,9 +60,24 @@ def doctor_experience(store: Any, contract: Any, header_extra: Mapping[str, Any]
     records, grades = search_experience(effects, observations, envs, env, knobs, base=base, mode="filtered",
                                         default_sd=DEFAULT_PRIOR_SD)
     covered = sorted(n for n, g in grades.items() if g in ("covered", "partial"))
-    return {"experience": records,
-            "experience_coverage": {"knobs": covered, "of": len(knobs), "grades": dict(sorted(grades.items()))},
-            "experience_environment": env.to_dict()}
+    coverage: dict[str, Any] = {"knobs": covered, "of": len(knobs), "grades": dict(sorted(grades.items()))}
+    pooled = pooled_values(contract)
+    if pooled:
+        coverage["pooled"] = pooled
+    return {"experience": records, "experience_coverage": coverage, "experience_environment": env.to_dict()}
+
+
+def pooled_values(contract: Any) -> list[str]:
+    """One line per pair of values of one knob that the bank files under one canonical value (``knob: a and b
+    are both mechanism=value``), the warning ``contract check`` gives; ``doctor`` and REPORT.md repeat it beside
+    the coverage, since such a knob's records (read and written) pool both states."""
+    from infrarsi.controller.contract.checks import canonical_collisions
+
+    out = []
+    for k in contract.knobs:
+        for mech, canon, a, b in canonical_collisions(k.name, k.mechanism, list(k.values), k.canonical):
+            out.append(f"{k.name}: {a!s} and {b!s} are both {mech}={canon}")
+    return out
 
 
 def carried_rules(records: Any) -> list[str]:
@@ -86,4 +101,4 @@ def carried_rules(records: Any) -> list[str]:
     return out
 
 
-__all__ = ["contract_target_knobs", "doctor_experience", "carried_rules"]
+__all__ = ["contract_target_knobs", "doctor_experience", "carried_rules", "pooled_values"]

@@ -347,6 +347,10 @@ def experience_section(r: dict[str, Any]) -> str:
              + (f" (from {', '.join(str(x) for x in _l(cov.get('sources')))})" if _l(cov.get("sources")) else "")
              + ".", "", "| Knob | Coverage |", "|---|---|"]
     lines += [f"| {k} | {g} |" for k, g in sorted(grades.items())]
+    pooled = [str(x) for x in _l(cov.get("pooled"))]
+    if pooled:
+        lines += ["", "Values filed under one canonical value, so the bank pools their records (give one its own "
+                  "value under `canonical:` in the contract to keep them apart):", ""] + [f"- {x}" for x in pooled]
     rules = [str(x) for x in _l(cov.get("rules"))]
     if rules:
         lines += ["", "Rules carried from other campaigns' failures (known conflicts are never run; a suspect is "
