@@ -78,6 +78,8 @@ DEFAULT_TUNING: dict[str, Any] = {
     "stall_blind": True,         # escape mode counts no stall of a trial asked before the last improvement was told
     "failure_signatures": True,  # a crash's ban is chosen on the evidence of crashes with the same error only
     "spread_wave": 0.5,          # 4+ busy, this share holding untested settings: a slot without them (None: off)
+    "ordered_chain": None,       # rho: an ordered knob's settings are chained increments (TimeModel; None: off)
+    "ordered_chain_when": "always",  # or "loss": chain a level to the previous one only while that one hurts
 }
 
 
@@ -152,7 +154,10 @@ class SearchController:
         self.time = TimeModel(self.fmap, self.prior_mu, self.prior_sd, nv, float(self.tune["pair_prior_sd"]),
                               float(self.tune["sigma_min"]),
                               unsigned={self.fmap.index[s]: g for s, g in self.sign_unknown.items()
-                                        if s in self.fmap.index})
+                                        if s in self.fmap.index},
+                              chains=self._ordered_chains() if self.tune["ordered_chain"] is not None else (),
+                              chain_rho=float(self.tune["ordered_chain"] or 0.0),
+                              chain_when=str(self.tune["ordered_chain_when"]))
         mem_priors = {(r["knob"], r["value"]): (float(r["mem_gib"]), float(r.get("mem_sd") or 0.0))
                       for r in self.experience if "knob" in r and r.get("mem_gib") is not None}
         self.mem = MemoryModel(space, self.fmap, self.capacity, self.tune["reference_peak_mem_gib"], mem_priors,
@@ -225,6 +230,19 @@ class SearchController:
             mu.append(m)
             sd.append(max(float(t["sigma_min"]), s, 0.5 * abs(m)))
         return np.asarray(mu), np.asarray(sd)
+
+    def _ordered_chains(self) -> list[list[int]]:
+        """Per side of each ordered knob's reference, its settings' feature indices, outward (TimeModel)."""
+        out = []
+        for k in self.space.knobs:
+            if not k.ordered or k.reference not in k.values:
+                continue
+            r = k.values.index(k.reference)
+            for side in (k.values[r + 1:], k.values[:r][::-1]):
+                chain = [self.fmap.index[(k.name, v)] for v in side if (k.name, v) in self.fmap.index]
+                if len(chain) > 1:
+                    out.append(chain)
+        return out
 
     # ------------------------------------------------------------- predictions
     def predict(self, cands: Sequence[Candidate]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

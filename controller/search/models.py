@@ -42,10 +42,24 @@ class TimeModel:
     """Refits :class:`BayesLinearTimeModel` on all ok trials (features may grow with enabling pairs)."""
 
     def __init__(self, fmap: FeatureMap, prior_mu: np.ndarray, prior_sd: np.ndarray, noise_var: float,
-                 pair_prior_sd: float, sigma_min: float, unsigned: Mapping[int, float] | None = None):
+                 pair_prior_sd: float, sigma_min: float, unsigned: Mapping[int, float] | None = None,
+                 chains: Sequence[Sequence[int]] = (), chain_rho: float = 0.7, chain_when: str = "always"):
         """``unsigned``: feature index -> the |log-speedup| that setting was measured at elsewhere, its sign
         unknown here (``SearchController.sign_unknown``).  Empirical prior revision never makes such a setting
-        surer than that before this campaign measures it (see :meth:`refit`)."""
+        surer than that before this campaign measures it (see :meth:`refit`).
+
+        ``chains``: per side of an ordered knob's reference, its settings' feature indices ordered outward
+        (TP2, TP4).  Along a chain each setting's effect is the previous one's plus an increment with prior SD
+        ``chain_rho`` x its own prior SD, so a measured TP2 moves the estimate of TP4 (the posterior is solved
+        over the increments; every output of this class is per setting, as without chains).  ``chain_when``:
+        ``"always"``, or ``"loss"``: a setting is chained to the previous one only while that one's estimate
+        (without chains) is a loss: past a level that hurts, the next one out is expected to hurt too
+        (unimodal), while a level that helps says little about the next."""
+        self.chains = [list(c) for c in chains if len(c) > 1]
+        self.chain_rho = float(chain_rho)
+        self.chain_when = chain_when
+        self._all_links = [(prev, i) for c in self.chains for prev, i in zip(c[:-1], c[1:])]
+        self.links: list[tuple[int, int]] = list(self._all_links) if chain_when == "always" else []
         self.fmap = fmap
         self.unsigned = dict(unsigned or {})
         self.prior_mu = prior_mu
@@ -62,12 +76,34 @@ class TimeModel:
         extra = self.fmap.dim - len(self.prior_mu)
         mu = np.concatenate([self.prior_mu, np.zeros(extra)])
         sd = np.concatenate([self.prior_sd, np.full(extra, self.pair_prior_sd)])
+        for prev, i in self.links:  # increments along an ordered axis (see __init__)
+            mu[i] = self.prior_mu[i] - self.prior_mu[prev]
+            sd[i] = self.chain_rho * self.prior_sd[i]
         return mu, sd * sd
 
+    def _lift(self, d: int) -> np.ndarray | None:
+        """``L`` (d x d) with per-setting coefficients = ``L`` @ increments; None without links."""
+        if not self.links:
+            return None
+        L = np.eye(d)
+        for prev, i in self.links:  # outward order: the previous row is final
+            L[i] += L[prev]
+        return L
+
+    def _rows(self, X: np.ndarray) -> np.ndarray:
+        L = self._lift(X.shape[1])
+        return X if L is None else X @ L
+
     def refit(self, X: np.ndarray, y: np.ndarray) -> None:
+        if self.chain_when == "loss" and self._all_links:
+            self.links = []
+            mu, var = self._priors()
+            m = BayesLinearTimeModel(mu, var, self.noise_var, sigma_min=self.sigma_min)
+            mean = np.asarray((m.fit(X, y) if len(y) else m).coef_mean)
+            self.links = [(prev, i) for prev, i in self._all_links if mean[prev] < 0.0]
         mu, var = self._priors()
         m = BayesLinearTimeModel(mu, var, self.noise_var, sigma_min=self.sigma_min)
-        self.model = m.fit(X, y) if len(y) else m
+        self.model = m.fit(self._rows(X), y) if len(y) else m
         if self.revise and len(y):
             self.revision = m.revise_prior(min_informed=3)  # empirical-Bayes revision, re-solved in place
             self._keep_unsigned(m, X)
@@ -94,21 +130,32 @@ class TimeModel:
 
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         assert self.model is not None
-        mean, var = self.model.predict(X)
+        mean, var = self.model.predict(self._rows(X))
         return stable(mean), stable(np.sqrt(np.maximum(var, 0.0)))
+
+    def _coef_moments(self) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and covariance of the per-setting coefficients."""
+        assert self.model is not None
+        mean, cov = np.asarray(self.model.coef_mean), np.asarray(self.model.coef_cov)
+        L = self._lift(len(mean))
+        if L is None:
+            return mean, cov
+        return L @ mean, L @ cov @ L.T
 
     def coef(self) -> tuple[np.ndarray, np.ndarray]:
         assert self.model is not None
-        return stable(self.model.coef_mean), stable(self.model.coef_sd)
+        if not self.links:
+            return stable(self.model.coef_mean), stable(self.model.coef_sd)
+        mean, cov = self._coef_moments()
+        return stable(mean), stable(np.sqrt(np.maximum(np.diag(cov), 0.0)))
 
     def coef_sample(self, rng: np.random.Generator, optimistic: np.ndarray | None = None) -> np.ndarray:
         """One draw of the coefficients from the posterior (for Thompson sampling); deterministic in ``rng``.
 
         Where the boolean mask ``optimistic`` is set, the draw's deviation from the posterior mean is floored at
         zero (optimistic Thompson sampling: the draw never rates such a coefficient below its mean)."""
-        assert self.model is not None
-        mean = np.asarray(self.model.coef_mean)
-        chol = chol_lower(np.asarray(self.model.coef_cov))  # jittered only if round-off demands it
+        mean, cov = self._coef_moments()
+        chol = chol_lower(cov)  # jittered only if round-off demands it
         dev = chol @ rng.standard_normal(len(mean))
         if optimistic is not None:
             dev = np.where(optimistic, np.maximum(dev, 0.0), dev)
