@@ -375,7 +375,7 @@ class SearchController:
             return
         fc = sorted(busy, key=lambda c: c.signature)
         fmu, _, fp = self.predict(fc)
-        saved = (self.time.model, self.time.revision, self.incumbent, self.incumbent_y)
+        saved = (self.time.model, self.time.revision, self.time.links, self.incumbent, self.incumbent_y)
         cands, y = self._ok_rows()
         # the believed incumbent: a busy candidate with the incumbent's patches, likely to fit, whose
         # predicted log-speedup clears the measured incumbent by the gate (what a tell would most
@@ -401,7 +401,7 @@ class SearchController:
                 self.incumbent, self.incumbent_y = best[2], best[0]
             yield
         finally:
-            self.time.model, self.time.revision, self.incumbent, self.incumbent_y = saved
+            self.time.model, self.time.revision, self.time.links, self.incumbent, self.incumbent_y = saved
 
     # -------------------------------------------------------------------- tell
     def tell(self, cand: Candidate, outcome: Outcome) -> None:

@@ -95,7 +95,7 @@ class TimeModel:
         return X if L is None else X @ L
 
     def refit(self, X: np.ndarray, y: np.ndarray) -> None:
-        if self.chain_when == "loss" and self._all_links:
+        if self.chain_when == "loss" and self._all_links:  # links belong to the fit: saved with the model
             self.links = []
             mu, var = self._priors()
             m = BayesLinearTimeModel(mu, var, self.noise_var, sigma_min=self.sigma_min)

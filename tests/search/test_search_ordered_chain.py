@@ -60,3 +60,25 @@ def test_the_controller_builds_one_chain_per_side_of_the_reference() -> None:
     idx = c.fmap.index
     assert c._ordered_chains() == [[idx[("mbs", 4)], idx[("mbs", 8)]]]  # mbs 1 alone below; tp has one level
     assert c.time.links == [(idx[("mbs", 4)], idx[("mbs", 8)])]
+
+
+def test_fantasized_refits_restore_the_links_with_the_model() -> None:
+    """Under ``loss`` the links are part of the fit: a fantasized refit (busy trials told at their predicted
+    means) that changes them must not leave them beside the restored real model, whose coefficients are
+    increments over the old links."""
+    from infrarsi.controller.search.controller import SearchController
+    from infrarsi.controller.search.space import Candidate, Outcome
+    from tests.search.conftest import make_noise
+
+    c = SearchController(SPACE, make_noise(), 1.0, 80.0, seed=0, ordered_chain=0.7, ordered_chain_when="loss")
+    tp2 = Candidate.from_dict({"tp": 2, "flash": False})
+    c.tell(tp2, Outcome(status="ok", step_time_s=1.08, peak_mem_gib=40.0))  # TP2 loses: TP4 is chained to it
+    assert c.time.links == [(TP2, TP4)]
+    before = c.time.predict(FMAP.encode([Candidate.from_dict({"tp": 4, "flash": False})]))
+    busy = {Candidate.from_dict({"tp": 2, "flash": True})}
+    with c._fantasized(busy):
+        c.time.refit(np.zeros((0, FMAP.dim)), np.zeros(0))  # a refit in the block that drops the link
+        assert c.time.links == []
+    assert c.time.links == [(TP2, TP4)]
+    after = c.time.predict(FMAP.encode([Candidate.from_dict({"tp": 4, "flash": False})]))
+    assert np.allclose(before, after)
