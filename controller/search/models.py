@@ -55,10 +55,9 @@ class TimeModel:
         ``"always"``, or ``"loss"``: a setting is chained to the previous one only while that one's estimate
         (without chains) is a loss: past a level that hurts, the next one out is expected to hurt too
         (unimodal), while a level that helps says little about the next."""
-        self.chains = [list(c) for c in chains if len(c) > 1]
         self.chain_rho = float(chain_rho)
         self.chain_when = chain_when
-        self._all_links = [(prev, i) for c in self.chains for prev, i in zip(c[:-1], c[1:])]
+        self._all_links = [(prev, i) for c in chains for prev, i in zip(c[:-1], c[1:])]
         self.links: list[tuple[int, int]] = list(self._all_links) if chain_when == "always" else []
         self.fmap = fmap
         self.unsigned = dict(unsigned or {})
