@@ -19,6 +19,11 @@ retrieves from it (the source campaign runs ``--source-trials``, 30 as in the tr
 ``--trials`` the traced campaign runs; the coverage grades are printed first):
 
     python bench/trace.py transfer_b200_qwen7b --source transfer_l40s_qwen7b --mode bank-filtered --trials 30
+
+With ``--tune KEY=JSON`` (repeatable, as ``bench/sweep.py --tune``) it traces a variant of the controller's
+``DEFAULT_TUNING``, so a sweep's slow seed under a variant can be traced without a snapshot:
+
+    python bench/trace.py transfer_h200_gpt7b --slots 8 --seed 0 --tune ordered_chain=0.7 --tune ordered_chain_when=loss
 """
 
 from __future__ import annotations
@@ -94,7 +99,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", default="bank-filtered", help="with --source: cold, bank-all or bank-filtered")
     p.add_argument("--source-trials", type=int, default=30,
                    help="with --source: the source campaign's trials (30, as the transfer sweep)")
+    p.add_argument("--tune", action="append", default=[], metavar="KEY=JSON",
+                   help="trace the controller with this DEFAULT_TUNING override (repeatable), as sweep.py --tune")
     a = p.parse_args(argv)
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    from sweep import Refused, parse_tune
+
+    from infrarsi.controller.search import controller
+
+    try:
+        tune = parse_tune(a.tune)
+    except Refused as e:
+        p.error(str(e))
+    saved = dict(controller.DEFAULT_TUNING)
+    controller.DEFAULT_TUNING.update(tune)
+    try:
+        return _print_trace(p, a)
+    finally:  # main() may run in a process that goes on (a test): the overrides end with the trace
+        controller.DEFAULT_TUNING.clear()
+        controller.DEFAULT_TUNING.update(saved)
+
+
+def _print_trace(p: argparse.ArgumentParser, a: argparse.Namespace) -> int:
     where = lambda n: n if n.endswith(".py") else str(HERE / "landscapes" / f"{n}.py")  # noqa: E731
     path = where(a.landscape)
     experience = None

@@ -58,3 +58,25 @@ def test_a_transfer_trace_marks_the_trial_the_transfer_benchmark_counts(capsys) 
     with pytest.raises(SystemExit):  # an unknown mode is refused by argparse, naming the modes
         trace.main([str(tgt), "--source", str(src), "--mode", "bank-some"])
     assert "choose from cold, bank-all, bank-filtered" in capsys.readouterr().err
+
+
+def test_tune_traces_a_variant_and_restores_the_defaults(capsys) -> None:
+    """``--tune KEY=JSON`` traces the controller under a ``DEFAULT_TUNING`` override (as ``sweep.py --tune``),
+    only for that trace; an unknown key is refused with the known ones named."""
+    from bench import trace
+    from infrarsi.controller.search import controller
+
+    before = dict(controller.DEFAULT_TUNING)
+    land = str(LAND.parent / "transfer_h200_yi34b.py")
+    args = [land, "--seed", "1", "--trials", "14"]
+    assert trace.main(args) == 0
+    plain = capsys.readouterr().out
+    assert trace.main(args + ["--tune", "ordered_chain=0.7", "--tune", "ordered_chain_when=loss"]) == 0
+    chained = capsys.readouterr().out
+    assert chained != plain  # the chained time model proposes other trials on this seed
+    assert controller.DEFAULT_TUNING == before
+    assert trace.main(args) == 0 and capsys.readouterr().out == plain
+    with pytest.raises(SystemExit):
+        trace.main(args + ["--tune", "bogus=1"])
+    assert "--tune bogus: not a tuning key" in capsys.readouterr().err
+    assert controller.DEFAULT_TUNING == before
