@@ -77,6 +77,7 @@ DEFAULT_TUNING: dict[str, Any] = {
     "split_doubtful": False,     # an improving move of 2+ settings queues it without each untried unsigned one
     "stall_blind": True,         # escape mode counts no stall of a trial asked before the last improvement was told
     "failure_signatures": True,  # a crash's ban is chosen on the evidence of crashes with the same error only
+    "error_names": True,         # among tied conflict tuples, ban the one the crash's message names (naming.py)
     "spread_wave": 0.5,          # 4+ busy, this share holding untested settings: a slot without them (None: off)
     "ordered_chain": None,       # rho: an ordered knob's settings are chained increments (TimeModel; None: off)
     "ordered_chain_when": "always",  # or "loss": chain a level to the previous one only while that one hurts
@@ -136,7 +137,8 @@ class SearchController:
         needs = [(tuple(r["requires"][0]), tuple(r["requires"][1])) for r in self.experience if "requires" in r]
         self.ledger = FailureLedger(exclude_after=int(self.tune["exclude_after"]), known_conflicts=known,
                                     suspected=hints, known_requirements=needs,
-                                    signatures=bool(self.tune["failure_signatures"]))
+                                    signatures=bool(self.tune["failure_signatures"]),
+                                    names=bool(self.tune["error_names"]))
         #: refuses a second busy near copy of an unresolved crash (admission.NearCopies)
         self.near_copies = NearCopies(self.ledger, self.space, self.tune, self.gate)
         self.prior_mu, self.prior_sd = self._knob_priors()

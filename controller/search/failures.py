@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Callable
 
+from infrarsi.controller.search.naming import named_settings
 from infrarsi.controller.search.space import PATCH, Outcome, Setting, settings_key
 
 Tuple_ = tuple[Setting, ...]
@@ -98,8 +99,13 @@ class FailureLedger:
     crash_records: list[frozenset[Setting]] = field(default_factory=list)
     #: per crash record, its kind (:func:`failure_signature`; all one kind when ``signatures`` is off)
     crash_kinds: list[str] = field(default_factory=list)
+    #: per crash record, its one-line reason as told (empty when none was given)
+    crash_reasons: list[str] = field(default_factory=list)
     #: count a tuple's or requirement's evidence only among records of the explained record's kind
     signatures: bool = True
+    #: among tuples tied on evidence, prefer the one whose settings the record's error message names
+    #: (:func:`~infrarsi.controller.search.naming.named_settings`)
+    names: bool = False
     needs_saver: dict[Setting, float] = field(default_factory=dict)
     saver_sets_failed: dict[Setting, set[frozenset[Setting]]] = field(default_factory=dict)
     excluded: set[Setting] = field(default_factory=set)
@@ -148,6 +154,7 @@ class FailureLedger:
             return self._record_oom(knob_settings, outcome, mem_delta)
         self.crash_records.append(knob_settings)
         self.crash_kinds.append(failure_signature(outcome.status, outcome.reason) if self.signatures else "")
+        self.crash_reasons.append(outcome.reason or "")
         self._rederive()
         return f"conflict: {self.minimal_tuple(knob_settings)}"
 
@@ -194,24 +201,27 @@ class FailureLedger:
         """Smallest pair/triple of ``settings`` absent from all passing runs (None if none).
 
         Among several, prefer the tuple implicated by the most crash records of the kind ``settings`` last
-        failed with (all records when it has no crash record), then one another campaign suspected
-        (``suspected``), then the most aggressive one (largest summed prior |effect|, ``risk``), then a
-        canonical order.
+        failed with (all records when it has no crash record), then (with ``names``) the one with the most
+        settings that failure's message names, then one another campaign suspected (``suspected``), then the
+        most aggressive one (largest summed prior |effect|, ``risk``), then a canonical order.
         """
-        kind = next((k for r, k in zip(reversed(self.crash_records), reversed(self.crash_kinds)) if r == settings),
-                    None)
-        return self._pick(self.suspects(settings), kind)
+        last = next(((k, why) for r, k, why in zip(reversed(self.crash_records), reversed(self.crash_kinds),
+                                                   reversed(self.crash_reasons)) if r == settings), (None, ""))
+        return self._pick(self.suspects(settings), *last)
 
-    def _pick(self, options: list[Tuple_], kind: str | None = None) -> Tuple_ | None:
+    def _pick(self, options: list[Tuple_], kind: str | None = None, reason: str = "") -> Tuple_ | None:
         """The tuple :meth:`minimal_tuple` bans among a record's open ``options`` (None if there are none),
-        counting the evidence among crash records of ``kind`` (all records when None)."""
+        counting the evidence among crash records of ``kind`` (all records when None) and, with ``names``, the
+        settings ``reason`` (the record's message) names."""
         if not options:
             return None
         risk = self.risk
         hinted = {_tkey(t) for t in self.suspected}
+        named = named_settings(reason, {s for t in options for s in t}) if self.names and reason else set()
 
         def score(t: Tuple_) -> tuple:
-            return (-self._tuple_hits(t, kind), _tkey(t) not in hinted, -sum(abs(risk(s)) for s in t), _tkey(t))
+            return (-self._tuple_hits(t, kind), -sum(1 for s in t if s in named), _tkey(t) not in hinted,
+                    -sum(abs(risk(s)) for s in t), _tkey(t))
         return min(options, key=score)
 
     def shares(self, settings: frozenset[Setting]) -> list[float]:
@@ -278,8 +288,8 @@ class FailureLedger:
         required: dict[tuple[str, str], tuple[Setting, Setting]] = {}
         self.unexplained = 0
         self._suspects = [self.suspects(rec) for rec in self.crash_records]
-        for rec, kind, hyps in zip(self.crash_records, self.crash_kinds, self._suspects):
-            t = self._pick(hyps, kind)
+        for rec, kind, why, hyps in zip(self.crash_records, self.crash_kinds, self.crash_reasons, self._suspects):
+            t = self._pick(hyps, kind, why)
             reqs = self.requirements_of(rec)
             if reqs:
                 # a requirement explains the record only when it accounts for more crash records of its kind
