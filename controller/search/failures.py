@@ -293,10 +293,15 @@ class FailureLedger:
             reqs = self.requirements_of(rec)
             if reqs:
                 # a requirement explains the record only when it accounts for more crash records of its kind
-                # than any open tuple does (ties keep the tuple: the pair ban is the older, better-measured rule)
-                hits, best = max(((self._requirement_hits(q, kind), q) for q in reqs),
-                                 key=lambda hq: (hq[0], settings_key(hq[1][1])))
-                if hits > (self._tuple_hits(t, kind) if t is not None else 0):
+                # than any open tuple does (ties keep the tuple: the pair ban is the older, better-measured rule),
+                # or (with ``names``) as many, when the message names both the setting and its missing partner
+                # ("the float8 training path requires torch.compile") and fewer settings of the tuple
+                named = named_settings(why, rec | {q[1] for q in reqs}) if self.names and why else set()
+                hits, n_named, best = max(((self._requirement_hits(q, kind), len(named & set(q)), q) for q in reqs),
+                                          key=lambda h: (h[0], h[1], settings_key(h[2][1])))
+                t_hits = self._tuple_hits(t, kind) if t is not None else 0
+                t_named = sum(1 for x in t if x in named) if t is not None else 0
+                if hits > t_hits or (hits == t_hits and n_named == 2 and t_named < 2):
                     required[(settings_key(best[0]), settings_key(best[1]))] = best
                     continue
             if t is None:

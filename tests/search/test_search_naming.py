@@ -58,3 +58,29 @@ def test_a_name_never_outranks_the_evidence_or_reopens_a_passing_pair() -> None:
     led2.record(frozenset({FLASH, FP8, LIGER}), Outcome("crash", reason="liger kernel launch failed"), lambda s: 0.0)
     led2.record(frozenset({FLASH, FP8, ZERO3}), Outcome("crash", reason="liger kernel launch failed"), lambda s: 0.0)
     assert set(led2.minimal_tuple(frozenset({FLASH, FP8, LIGER}))) == {FLASH, FP8}
+
+
+def test_a_message_naming_a_setting_and_its_missing_partner_makes_one_crash_a_requirement() -> None:
+    """Gemma on the L40S: every passing run held torch.compile, and FP8 crashes without it.  After one crash the
+    evidence ties "FP8 needs compile" with the pair of FP8 and another present setting; the message names FP8
+    and compile, so with names the requirement explains it at once (without, the pair ban is kept on the tie)."""
+    K, G = ("torch_compile", True), ("gradient_checkpointing", False)
+    why = "the float8 training path requires torch.compile"
+
+    def ledger(names: bool) -> FailureLedger:
+        led = FailureLedger(names=names)
+        for rec in ({K, G, LIGER}, {K, G}):
+            led.record(frozenset(rec), Outcome("ok", step_time_s=1.0), lambda s: 0.0)
+        led.record(frozenset({FP8, G, LIGER}), Outcome("crash", reason=why), lambda s: 0.0)
+        return led
+    assert ledger(False).requirements == [] and ledger(False).banned
+    named = ledger(True)
+    assert named.requirements == [(FP8, K)] and named.banned == []
+    assert named.blocked(frozenset({FP8, G})) == "fp8=true needs torch_compile=true"
+    assert named.blocked(frozenset({FP8, K, G})) is None
+    # a message that names only one side keeps the pair ban on the tie
+    led = FailureLedger(names=True)
+    for rec in ({K, G, LIGER}, {K, G}):
+        led.record(frozenset(rec), Outcome("ok", step_time_s=1.0), lambda s: 0.0)
+    led.record(frozenset({FP8, G, LIGER}), Outcome("crash", reason="float8 scaling overflow"), lambda s: 0.0)
+    assert led.requirements == [] and led.banned
