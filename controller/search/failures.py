@@ -16,7 +16,10 @@
   records than the record's best tuple is kept instead of that tuple, and
   blocks ``s`` without ``r`` (no tuple of present settings can say that, so
   such crashes used to stay unexplained or be pinned on an innocent pair
-  that then blocked the peak).  Bans are re-derived
+  that then blocked the peak).  With ``names``, ties are broken by what the
+  crash's message names (:mod:`~infrarsi.controller.search.naming`): among
+  tuples, the one with the most named settings; and a requirement whose
+  setting and partner are both named explains a record it ties with a tuple.  Bans are re-derived
   from all records after each observation, so a tuple later seen passing is
   exonerated, and a tuple implicated by several crashes of the same kind
   wins ties.  A record's kind is its failure signature
