@@ -32,6 +32,7 @@ STOPWORDS = frozenset("""
     kernel kernels torch data batch not only need needs require requires required has have this that are was
     from into cannot can does fails failed failure error path value values config option options flag flags
     parallel parallelism fused fuse
+    receipt job exit code line log last ended rank worker process status signal
 """.split())
 #: groups of words that name one component in error messages
 ALIASES: tuple[frozenset[str], ...] = (
@@ -41,12 +42,17 @@ ALIASES: tuple[frozenset[str], ...] = (
     frozenset({"checkpoint", "checkpointing", "recompute", "recomputed", "recomputation", "ckpt", "remat"}),
 )
 _HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z][a-z])")
+#: what a message holds that names no component: the ``(log: <path>)`` the ingest appends, absolute paths
+_NOISE = (re.compile(r"\(log: [^)]*\)\s*$"), re.compile(r"(?<![\w.])/[\w.\-/]+"))
 _SPLIT = re.compile(r"[^a-z0-9]+")
 
 
 def words(text: str) -> set[str]:
-    """The distinctive words of ``text``: split before a capitalised word inside another and on
+    """The distinctive words of ``text``: without the ingest's ``(log: <path>)`` suffix and absolute paths (a
+    work directory's name is the user's, not the error's), split before a capitalised word inside another and on
     non-alphanumerics, lower-cased, without :data:`STOPWORDS`, numbers and words shorter than three characters."""
+    for noise in _NOISE:
+        text = noise.sub(" ", text)
     out = set()
     for w in _SPLIT.split(_HUMP.sub(" ", text).lower()):
         if len(w) >= 3 and w not in STOPWORDS and not w.isdigit():

@@ -84,3 +84,16 @@ def test_a_message_naming_a_setting_and_its_missing_partner_makes_one_crash_a_re
         led.record(frozenset(rec), Outcome("ok", step_time_s=1.0), lambda s: 0.0)
     led.record(frozenset({FP8, G, LIGER}), Outcome("crash", reason="float8 scaling overflow"), lambda s: 0.0)
     assert led.requirements == [] and led.banned
+
+
+def test_the_ingest_s_log_suffix_and_paths_name_nothing() -> None:
+    """A real crash's reason ends with the log's path under the user's work directory; a knob must not be named
+    by a directory that happens to share its word."""
+    why = ("RuntimeError: torch._dynamo hit config.recompile_limit (8) in liger_rms_norm "
+           "(log: /scratch/fp8_overlap_runs/trials/0123456789abcdef/out/job.log)")
+    assert words(why) == {"runtime", "dynamo", "hit", "recompile", "limit", "liger", "rms", "norm"}
+    assert named_settings(why, {LIGER, COMPILE, FP8, OVERLAP}) == {LIGER, COMPILE}
+    assert named_settings("receipt: job ended with exit code 2; last log line: error in /opt/fp8/x.py",
+                          {FP8}) == set()
+    assert named_settings("flash attention requires fp16/bf16 inputs", {("precision", "bf16")}) \
+        == {("precision", "bf16")}  # a slash between words is not a path
