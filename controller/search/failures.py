@@ -43,6 +43,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Callable
@@ -210,17 +211,21 @@ class FailureLedger:
         """
         last = next(((k, why) for r, k, why in zip(reversed(self.crash_records), reversed(self.crash_kinds),
                                                    reversed(self.crash_reasons)) if r == settings), (None, ""))
-        return self._pick(self.suspects(settings), *last)
+        return self._pick(self.suspects(settings), last[0], self._named(last[1], settings))
 
-    def _pick(self, options: list[Tuple_], kind: str | None = None, reason: str = "") -> Tuple_ | None:
+    def _named(self, reason: str, settings: frozenset[Setting]) -> set[Setting]:
+        """The settings of ``settings`` that ``reason`` names; empty without ``names`` or a reason."""
+        return named_settings(reason, settings) if self.names and reason else set()
+
+    def _pick(self, options: list[Tuple_], kind: str | None = None,
+              named: AbstractSet[Setting] = frozenset()) -> Tuple_ | None:
         """The tuple :meth:`minimal_tuple` bans among a record's open ``options`` (None if there are none),
-        counting the evidence among crash records of ``kind`` (all records when None) and, with ``names``, the
-        settings ``reason`` (the record's message) names."""
+        counting the evidence among crash records of ``kind`` (all records when None) and ranking ties by how
+        many of its settings are in ``named`` (those the record's message names, :meth:`_named`)."""
         if not options:
             return None
         risk = self.risk
         hinted = {_tkey(t) for t in self.suspected}
-        named = named_settings(reason, {s for t in options for s in t}) if self.names and reason else set()
 
         def score(t: Tuple_) -> tuple:
             return (-self._tuple_hits(t, kind), -sum(1 for s in t if s in named), _tkey(t) not in hinted,
@@ -292,14 +297,14 @@ class FailureLedger:
         self.unexplained = 0
         self._suspects = [self.suspects(rec) for rec in self.crash_records]
         for rec, kind, why, hyps in zip(self.crash_records, self.crash_kinds, self.crash_reasons, self._suspects):
-            t = self._pick(hyps, kind, why)
             reqs = self.requirements_of(rec)
+            named = self._named(why, rec | {q[1] for q in reqs})  # the record's settings and missing partners
+            t = self._pick(hyps, kind, named)
             if reqs:
                 # a requirement explains the record only when it accounts for more crash records of its kind
                 # than any open tuple does (ties keep the tuple: the pair ban is the older, better-measured rule),
                 # or (with ``names``) as many, when the message names both the setting and its missing partner
                 # ("the float8 training path requires torch.compile") and fewer settings of the tuple
-                named = named_settings(why, rec | {q[1] for q in reqs}) if self.names and why else set()
                 hits, n_named, best = max(((self._requirement_hits(q, kind), len(named & set(q)), q) for q in reqs),
                                           key=lambda h: (h[0], h[1], settings_key(h[2][1])))
                 t_hits = self._tuple_hits(t, kind) if t is not None else 0
